@@ -1,0 +1,35 @@
+"""Installs specjax: lossless speculative decoding in JAX/Flax.
+
+CPU wheels of JAX are the default. On an accelerator install the matching JAX
+build first (see README, "Installing on TPU / GPU"), then `pip install -e .`.
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="specjax",
+    version="0.1.0",
+    description="Lossless speculative decoding for JAX/Flax research",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["specjax", "specjax.*", "configs", "experiments"]),
+    install_requires=[
+        # Lower bounds are the versions this project is tested with.
+        "jax>=0.10.2",
+        "flax>=0.12.8",
+        "optax>=0.2.8",
+        "orbax-checkpoint>=0.12.8",
+        "numpy>=2.0",
+        "absl-py>=2.1",
+        "ml_collections>=1.1.0",
+        "chex>=0.1.92",
+        # The launcher's plots (speedup vs gamma, alpha bars).
+        "matplotlib>=3.8",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "scipy>=1.11", "ruff>=0.6"],
+        # Hugging Face interop: torch is pinned to the CPU build the project is tested with.
+        "hf": ["torch==2.13.0", "transformers>=4.45", "safetensors>=0.4", "tokenizers>=0.19"],
+    },
+)

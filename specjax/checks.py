@@ -1,0 +1,67 @@
+"""Argument checks shared by public entry points.
+
+Shape and dtype checks run at trace time (shapes are static), so they cost nothing inside jit.
+Value checks (NaN, range) need concrete arrays: they run when the caller passes concrete values
+and are skipped for tracers, where a host sync would break the no-host-sync rule of the loops.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def is_concrete(x) -> bool:
+    """True if `x` holds values (not a tracer inside jit/vmap)."""
+    return not isinstance(x, jax.core.Tracer)
+
+
+def check_rank(name: str, x, rank: int, layout: str) -> None:
+    """Raises ValueError naming `name` unless `x.ndim == rank`."""
+    if getattr(x, "ndim", None) != rank:
+        shape = getattr(x, "shape", type(x).__name__)
+        raise ValueError(f"{name} must have shape {layout} (rank {rank}); got shape {shape}")
+
+
+def check_float(name: str, x) -> None:
+    """Raises TypeError naming `name` unless `x` has a floating dtype."""
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise TypeError(f"{name} must be a floating array; got dtype {x.dtype}")
+
+
+def check_int(name: str, x) -> None:
+    """Raises TypeError naming `name` unless `x` has an integer dtype."""
+    if not jnp.issubdtype(x.dtype, jnp.integer):
+        raise TypeError(f"{name} must be an integer array; got dtype {x.dtype}")
+
+
+def check_finite(name: str, x) -> None:
+    """Raises ValueError naming `name` if a concrete `x` holds NaN (or +inf for probabilities)."""
+    if not is_concrete(x):
+        return
+    arr = np.asarray(jax.device_get(x)).astype(np.float32)
+    if np.isnan(arr).any():
+        where = np.argwhere(np.isnan(arr))[0].tolist()
+        raise ValueError(f"{name} contains NaN (first at index {where}); shape {arr.shape}")
+    if np.isposinf(arr).any():
+        where = np.argwhere(np.isposinf(arr))[0].tolist()
+        raise ValueError(f"{name} contains +inf (first at index {where}); shape {arr.shape}")
+
+
+def check_probabilities(name: str, x, atol: float = 1e-2) -> None:
+    """Raises ValueError naming `name` if a concrete `x` is not a probability vector per row."""
+    if not is_concrete(x):
+        return
+    check_finite(name, x)
+    arr = np.asarray(jax.device_get(x)).astype(np.float32)
+    if (arr < 0).any():
+        raise ValueError(f"{name} has negative entries (min {arr.min()}); expected probabilities")
+    sums = arr.sum(-1)
+    bad = np.abs(sums - 1) > atol
+    if bad.any():
+        where = np.argwhere(bad)[0].tolist()
+        raise ValueError(
+            f"{name} rows must sum to 1; row {where} sums to {sums[tuple(where)]:.6f} "
+            "(pass probabilities, not logits)"
+        )

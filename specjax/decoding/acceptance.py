@@ -1,0 +1,141 @@
+"""The lossless speculative-sampling rule (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023).
+
+Given γ tokens x_1..x_γ that a draft sampled from q_1..q_γ and the target's distributions
+p_1..p_{γ+1} at the same positions (one parallel target call), every row of the batch:
+  * accepts x_i with probability min(1, p_i(x_i) / q_i(x_i)), in order, until the first rejection;
+  * on a rejection at position n draws the next token from norm(max(0, p_n − q_n));
+  * if all γ are accepted draws a bonus token from p_{γ+1}.
+The emitted tokens are then distributed exactly as the target's own samples, whatever q is.
+
+A deterministic draft (greedy draft, n-gram argmax, prompt lookup) has q = point mass on x_i; then
+the rule reads "accept with probability p(x); on rejection sample p with x removed", which is what
+`draft_probs=None` computes, by the same code path.
+
+Everything is static-shaped and branch-free: acceptance is a mask, the rejection position an index,
+so the function jits once per (batch, γ, vocab) and runs inside `lax.while_loop`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from specjax import checks
+from specjax.decoding.sampling import sample_from_probs
+
+
+def residual_distribution(target_probs: jax.Array, draft_probs: jax.Array) -> jax.Array:
+    """norm(max(0, p − q)) with a safe fallback to p where the residual has no mass.
+
+    The residual has zero mass only where p == q (up to rounding); rejection then has probability
+    zero, so any distribution is correct — p is chosen so the output stays a distribution.
+    Also used by tree verification, where each rejected sibling updates the residual.
+
+    Args:
+      target_probs: [..., vocab] p (float32).
+      draft_probs: [..., vocab] q (float32).
+
+    Returns:
+      [..., vocab] float32, rows sum to 1.
+    """
+    residual = jnp.maximum(target_probs - draft_probs, 0.0)
+    mass = residual.sum(-1, keepdims=True)
+    fallback = target_probs / jnp.maximum(target_probs.sum(-1, keepdims=True), 1e-30)
+    return jnp.where(mass > 0, residual / jnp.where(mass > 0, mass, 1.0), fallback)
+
+
+def _check_args(draft_tokens, draft_probs, target_probs) -> None:
+    checks.check_rank("draft_tokens", draft_tokens, 2, "[batch, gamma]")
+    checks.check_int("draft_tokens", draft_tokens)
+    checks.check_rank("target_probs", target_probs, 3, "[batch, gamma + 1, vocab]")
+    checks.check_float("target_probs", target_probs)
+    batch, gamma = draft_tokens.shape
+    if gamma < 1:
+        raise ValueError(
+            f"draft_tokens must hold gamma >= 1 tokens per row; got shape {(batch, gamma)}"
+        )
+    vocab = target_probs.shape[-1]
+    if target_probs.shape[:2] != (batch, gamma + 1):
+        raise ValueError(
+            f"target_probs must have shape [batch, gamma + 1, vocab] = "
+            f"[{batch}, {gamma + 1}, vocab] to match draft_tokens "
+            f"{tuple(draft_tokens.shape)}; got {tuple(target_probs.shape)}"
+        )
+    if draft_probs is not None:
+        checks.check_rank("draft_probs", draft_probs, 3, "[batch, gamma, vocab]")
+        checks.check_float("draft_probs", draft_probs)
+        if draft_probs.shape[:2] != (batch, gamma):
+            raise ValueError(
+                f"draft_probs must have shape [batch, gamma, vocab] = [{batch}, {gamma}, vocab] to "
+                f"match draft_tokens {tuple(draft_tokens.shape)}; got {tuple(draft_probs.shape)}"
+            )
+        if draft_probs.shape[-1] != vocab:
+            raise ValueError(
+                f"vocab mismatch: draft_probs has vocab {draft_probs.shape[-1]} but target_probs "
+                f"has vocab {vocab}; draft and target must share one vocabulary"
+            )
+        checks.check_finite("draft_probs", draft_probs)
+    checks.check_finite("target_probs", target_probs)
+    if checks.is_concrete(draft_tokens):
+        lo, hi = int(jnp.min(draft_tokens)), int(jnp.max(draft_tokens))
+        if lo < 0 or hi >= vocab:
+            raise ValueError(f"draft_tokens must lie in [0, {vocab}); got values in [{lo}, {hi}]")
+
+
+def speculative_accept(
+    key: jax.Array,
+    draft_tokens: jax.Array,
+    draft_probs: jax.Array | None,
+    target_probs: jax.Array,
+    *,
+    fill_value: int = -1,
+) -> tuple[jax.Array, jax.Array]:
+    """Accepts or rejects drafted tokens so the output is distributed exactly as the target's.
+
+    Args:
+      key: a PRNG key (one per call; rows draw independent randomness from it).
+      draft_tokens: int [batch, gamma] tokens the draft proposed.
+      draft_probs: float [batch, gamma, vocab] q at each drafted position (what the draft sampled
+        from), or None for a deterministic draft (q is a point mass on the drafted token).
+      target_probs: float [batch, gamma + 1, vocab] p at each drafted position plus the bonus
+        position. float32 or bfloat16; computed in float32.
+      fill_value: written to tokens[b, n + 1:].
+
+    Returns:
+      tokens: int32 [batch, gamma + 1]; tokens[b, :n + 1] are emitted (the n accepted drafts, then
+        the resampled or bonus token), the rest `fill_value`.
+      num_accepted: int32 [batch], n in [0, gamma].
+    """
+    _check_args(draft_tokens, draft_probs, target_probs)
+    batch, gamma = draft_tokens.shape
+    vocab = target_probs.shape[-1]
+    draft_tokens = draft_tokens.astype(jnp.int32)
+    p = target_probs.astype(jnp.float32)  # [batch, gamma + 1, vocab]
+    if draft_probs is None:
+        q = jax.nn.one_hot(draft_tokens, vocab, dtype=jnp.float32)  # [batch, gamma, vocab]
+    else:
+        q = draft_probs.astype(jnp.float32)  # [batch, gamma, vocab]
+
+    key_accept, key_sample = jax.random.split(key)
+    p_x = jnp.take_along_axis(p[:, :gamma], draft_tokens[..., None], axis=-1)[..., 0]  # [b, g]
+    q_x = jnp.take_along_axis(q, draft_tokens[..., None], axis=-1)[..., 0]  # [batch, gamma]
+    u = jax.random.uniform(key_accept, (batch, gamma), jnp.float32)  # [batch, gamma] in [0, 1)
+    # u < p/q written without the division: p >= q always accepts, q == 0 never divides by zero.
+    accepted = u * q_x < p_x  # [batch, gamma]
+    num_accepted = jnp.sum(jnp.cumprod(accepted.astype(jnp.int32), axis=-1), axis=-1)  # [batch]
+
+    # With q padded by zeros at the bonus position, "residual at n" covers both cases:
+    # n < gamma gives norm(max(0, p_n - q_n)); n == gamma gives p_gamma itself.
+    q_ext = jnp.pad(q, ((0, 0), (0, 1), (0, 0)))  # [batch, gamma + 1, vocab]
+    index = num_accepted[:, None, None]  # [batch, 1, 1]
+    p_n = jnp.take_along_axis(p, index, axis=1)[:, 0]  # [batch, vocab]
+    q_n = jnp.take_along_axis(q_ext, index, axis=1)[:, 0]  # [batch, vocab]
+    next_token = sample_from_probs(key_sample, residual_distribution(p_n, q_n))  # [batch]
+
+    positions = jnp.arange(gamma + 1)[None, :]  # [1, gamma + 1]
+    drafted = jnp.pad(draft_tokens, ((0, 0), (0, 1)))  # [batch, gamma + 1]
+    n = num_accepted[:, None]
+    tokens = jnp.where(
+        positions < n, drafted, jnp.where(positions == n, next_token[:, None], fill_value)
+    )
+    return tokens.astype(jnp.int32), num_accepted.astype(jnp.int32)

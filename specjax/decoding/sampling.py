@@ -1,0 +1,213 @@
+"""Sampling warpers: logits -> the probability vector a token is actually drawn from.
+
+Speculative sampling is lossless only if p and q are the distributions the target and the draft
+really sample from, so the *same* warper object is applied to both models' logits. Warpers are small
+frozen dataclasses (hashable, so they can be static arguments of `jax.jit`), composed in a
+`Warper` chain that applies them in order (temperature, then top-k, then top-p, as is standard).
+
+    warper = make_warper(temperature=0.8, top_k=40, top_p=0.95)
+    probs = warper.probs(logits)          # [..., vocab] float32, rows sum to 1
+
+Temperature 0 means greedy: the probability vector is the one-hot of the argmax (first index on
+ties, like `jnp.argmax`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+
+_NEG_INF = -jnp.inf
+
+
+def _masked(logits: jax.Array, keep: jax.Array) -> jax.Array:
+    return jnp.where(keep, logits, _NEG_INF)
+
+
+@dataclasses.dataclass(frozen=True)
+class Greedy:
+    """Keeps only the argmax (first index among ties): sampling becomes deterministic."""
+
+    def __call__(self, logits: jax.Array) -> jax.Array:
+        vocab = logits.shape[-1]
+        best = jnp.argmax(logits, axis=-1)
+        return _masked(logits, jnp.arange(vocab) == best[..., None])
+
+
+@dataclasses.dataclass(frozen=True)
+class Temperature:
+    """Divides logits by `temperature` (> 0; use `Greedy` or `make_warper` for 0)."""
+
+    temperature: float
+
+    def __post_init__(self):
+        t = self.temperature
+        if not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+            raise ValueError(
+                f"temperature must be a finite number > 0 for Temperature (got {t!r}); "
+                "use temperature=0 in make_warper for greedy decoding"
+            )
+
+    def __call__(self, logits: jax.Array) -> jax.Array:
+        return logits / jnp.asarray(self.temperature, logits.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class TopK:
+    """Keeps the `top_k` largest logits (ties with the k-th value are all kept)."""
+
+    top_k: int
+
+    def __post_init__(self):
+        k = self.top_k
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"top_k must be an integer >= 1 (got {k!r})")
+
+    def __call__(self, logits: jax.Array) -> jax.Array:
+        vocab = logits.shape[-1]
+        if self.top_k >= vocab:
+            return logits
+        kth = jax.lax.top_k(logits, self.top_k)[0][..., -1:]  # [..., 1]
+        return _masked(logits, logits >= kth)
+
+
+@dataclasses.dataclass(frozen=True)
+class TopP:
+    """Nucleus sampling: keeps the smallest set of most likely tokens whose mass reaches `top_p`.
+
+    A token is kept when the mass of the tokens strictly more likely than it (in sorted order) is
+    below `top_p`, so the most likely token is always kept and `top_p=1` keeps everything.
+    """
+
+    top_p: float
+
+    def __post_init__(self):
+        p = self.top_p
+        if not isinstance(p, (int, float)) or not (0.0 < p <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1] (got {p!r})")
+
+    def __call__(self, logits: jax.Array) -> jax.Array:
+        if self.top_p >= 1.0:
+            return logits
+        probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+        order = jnp.argsort(-probs, axis=-1, stable=True)  # [..., vocab] most likely first
+        sorted_probs = jnp.take_along_axis(probs, order, axis=-1)
+        mass_before = jnp.cumsum(sorted_probs, axis=-1) - sorted_probs
+        keep_sorted = mass_before < self.top_p  # [..., vocab] in sorted order
+        # Scatter the decision back to vocabulary order: inverse permutation of `order`.
+        inverse = jnp.argsort(order, axis=-1)
+        keep = jnp.take_along_axis(keep_sorted, inverse, axis=-1)
+        return _masked(logits, keep)
+
+
+@dataclasses.dataclass(frozen=True)
+class Warper:
+    """An ordered chain of warpers; `probs(logits)` gives the distribution to sample from.
+
+    Attributes:
+      warpers: applied left to right to the logits.
+    """
+
+    warpers: tuple = ()
+
+    def __post_init__(self):
+        for w in self.warpers:
+            if not callable(w):
+                raise TypeError(f"Warper.warpers must hold callables, got {w!r}")
+        object.__setattr__(self, "warpers", tuple(self.warpers))
+
+    @property
+    def is_greedy(self) -> bool:
+        """True when sampling is deterministic (argmax)."""
+        return any(isinstance(w, Greedy) for w in self.warpers)
+
+    def logits(self, logits: jax.Array) -> jax.Array:
+        """Warped logits in float32, excluded tokens at -inf.
+
+        Args:
+          logits: [..., vocab] any float dtype.
+
+        Returns:
+          [..., vocab] float32.
+        """
+        out = logits.astype(jnp.float32)
+        for w in self.warpers:
+            out = w(out)
+        return out
+
+    def probs(self, logits: jax.Array) -> jax.Array:
+        """The probability vector to sample from.
+
+        Args:
+          logits: [..., vocab] any float dtype.
+
+        Returns:
+          [..., vocab] float32, each row sums to 1 (exactly one-hot when greedy).
+        """
+        warped = self.logits(logits)
+        if self.is_greedy:
+            # Exactly one-hot, so a greedy target is a point mass without rounding residue.
+            return (warped > _NEG_INF).astype(jnp.float32)
+        return jax.nn.softmax(warped, axis=-1)
+
+    def sample(self, key: jax.Array, logits: jax.Array) -> jax.Array:
+        """Draws token ids from `probs(logits)`.
+
+        Args:
+          key: a PRNG key.
+          logits: [..., vocab].
+
+        Returns:
+          [...] int32 token ids.
+        """
+        return sample_from_probs(key, self.probs(logits))
+
+
+def make_warper(temperature: float = 1.0, top_k: int | None = None, top_p: float = 1.0) -> Warper:
+    """Builds the standard chain: temperature (0 = greedy), then top-k, then top-p.
+
+    Args:
+      temperature: >= 0; 0 selects greedy decoding (top_k/top_p are then irrelevant).
+      top_k: None or 0 disables; else an integer >= 1.
+      top_p: in (0, 1]; 1 disables.
+
+    Returns:
+      A frozen, hashable `Warper`.
+    """
+    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature):
+        raise ValueError(f"temperature must be a finite number >= 0 (got {temperature!r})")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (got {temperature}); 0 means greedy")
+    if top_k is not None and top_k != 0:
+        TopK(top_k)  # validates
+    elif top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)):
+        raise ValueError(f"top_k must be None, 0 or an integer >= 1 (got {top_k!r})")
+    TopP(top_p)  # validates
+    if temperature == 0:
+        return Warper((Greedy(),))
+    chain = []
+    if temperature != 1:
+        chain.append(Temperature(float(temperature)))
+    if top_k:
+        chain.append(TopK(int(top_k)))
+    if top_p < 1:
+        chain.append(TopP(float(top_p)))
+    return Warper(tuple(chain))
+
+
+def sample_from_probs(key: jax.Array, probs: jax.Array) -> jax.Array:
+    """Samples categorical indices from (possibly unnormalised) non-negative weights.
+
+    Args:
+      key: a PRNG key.
+      probs: [..., vocab] non-negative weights; zero entries are never drawn.
+
+    Returns:
+      [...] int32 indices.
+    """
+    probs = probs.astype(jnp.float32)
+    log_w = jnp.where(probs > 0, jnp.log(jnp.where(probs > 0, probs, 1.0)), _NEG_INF)
+    return jax.random.categorical(key, log_w, axis=-1).astype(jnp.int32)
