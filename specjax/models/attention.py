@@ -1,0 +1,88 @@
+"""Causal self-attention over an explicit KV cache, any number of new tokens per row.
+
+Linen's `MultiHeadDotProductAttention(decode=True)` takes one query token per call and keeps one
+scalar index for the whole batch; verification needs γ+1 query tokens and per-row rollback, so the
+cache write and the mask are done here by hand.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from specjax.models.config import TransformerConfig
+from specjax.models.kv_cache import write_rows
+from specjax.models.layers import apply_rope, partitioned, rope_frequencies
+
+
+class Attention(nn.Module):
+    """Multi-head / grouped-query / multi-query attention, chosen by `num_kv_heads`."""
+
+    config: TransformerConfig
+
+    @nn.compact
+    def __call__(self, x, positions, cache_k, cache_v, starts):
+        """Attends T new tokens per row to the cached prefix and to each other.
+
+        Args:
+          x: [batch, T, embed] inputs of the new tokens.
+          positions: int32 [batch, T] absolute positions (starts[:, None] + arange(T)).
+          cache_k: [batch, max_len, kv_heads, head_dim] keys so far.
+          cache_v: [batch, max_len, kv_heads, head_dim] values so far.
+          starts: int32 [batch], where row b's new tokens are written (its cache length).
+
+        Returns:
+          out: [batch, T, embed]; updated cache_k, cache_v.
+        """
+        cfg = self.config
+        h, kv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        qkv_bias = cfg.use_bias or cfg.qkv_bias
+
+        def proj(heads, axes, name):
+            return nn.DenseGeneral(
+                (heads, hd),
+                use_bias=qkv_bias,
+                dtype=cfg.compute_dtype,
+                param_dtype=cfg.weights_dtype,
+                kernel_init=partitioned(nn.initializers.normal(0.02), axes),
+                bias_init=partitioned(nn.initializers.zeros, axes[1:]),
+                name=name,
+            )
+
+        q = proj(h, ("embed", "heads", "kv"), "query")(x)  # [batch, T, heads, head_dim]
+        k = proj(kv, ("embed", "kv_heads", "kv"), "key")(x)  # [batch, T, kv_heads, head_dim]
+        v = proj(kv, ("embed", "kv_heads", "kv"), "value")(x)  # [batch, T, kv_heads, head_dim]
+        if cfg.positions == "rope":
+            inv_freq = rope_frequencies(cfg)
+            q = apply_rope(q, positions, inv_freq)
+            k = apply_rope(k, positions, inv_freq)
+
+        cache_k = write_rows(cache_k, k, starts)
+        cache_v = write_rows(cache_v, v, starts)
+
+        batch, t = x.shape[:2]
+        max_len = cache_k.shape[1]
+        q = q.reshape(batch, t, kv, h // kv, hd)  # [batch, T, kv_heads, group, head_dim]
+        scores = jnp.einsum(
+            "btkgd,bskd->bkgts", q, cache_k.astype(q.dtype), preferred_element_type=jnp.float32
+        )  # [batch, kv_heads, group, T, max_len]
+        scores = scores * (1.0 / jnp.sqrt(jnp.float32(hd)))
+        # Causal over absolute positions: entries past a query's position are either later
+        # new tokens or stale entries from a rolled-back draft; both are masked.
+        visible = jnp.arange(max_len)[None, None, :] <= positions[:, :, None]  # [batch, T, max_len]
+        scores = jnp.where(visible[:, None, None], scores, jnp.finfo(jnp.float32).min)
+        weights = jax.nn.softmax(scores, axis=-1).astype(cfg.compute_dtype)
+        out = jnp.einsum("bkgts,bskd->btkgd", weights, cache_v.astype(cfg.compute_dtype))
+        out = out.reshape(batch, t, h, hd)
+        out = nn.DenseGeneral(
+            cfg.embed_dim,
+            axis=(-2, -1),
+            use_bias=cfg.use_bias,
+            dtype=cfg.compute_dtype,
+            param_dtype=cfg.weights_dtype,
+            kernel_init=partitioned(nn.initializers.normal(0.02), ("heads", "kv", "embed")),
+            bias_init=partitioned(nn.initializers.zeros, ("embed",)),
+            name="out",
+        )(out)
+        return out, cache_k, cache_v

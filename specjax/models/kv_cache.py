@@ -1,0 +1,80 @@
+"""An explicit KV cache with a per-row length: writing any number of tokens, rollback by length.
+
+Every row b holds `lengths[b]` valid positions. A forward pass writes T new entries per row at
+positions lengths[b] .. lengths[b] + T - 1 and advances the row by its own `num_new[b]`; rolling
+back after a rejected draft is just setting `lengths` (stale entries past the length are masked
+out of attention and overwritten by the next write).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+
+@struct.dataclass
+class KVCache:
+    """Keys and values of every layer, plus per-row lengths.
+
+    Attributes:
+      keys: tuple (one per layer) of [batch, max_len, kv_heads, head_dim].
+      values: tuple (one per layer) of [batch, max_len, kv_heads, head_dim].
+      lengths: int32 [batch], valid positions per row.
+    """
+
+    keys: tuple
+    values: tuple
+    lengths: jax.Array
+
+    @property
+    def max_len(self) -> int:
+        return self.keys[0].shape[1]
+
+    @property
+    def batch(self) -> int:
+        return self.lengths.shape[0]
+
+
+def init_kv_cache(num_layers, batch, max_len, kv_heads, head_dim, dtype=jnp.float32) -> KVCache:
+    """An empty cache (all lengths 0)."""
+    shape = (batch, max_len, kv_heads, head_dim)
+    return KVCache(
+        keys=tuple(jnp.zeros(shape, dtype) for _ in range(num_layers)),
+        values=tuple(jnp.zeros(shape, dtype) for _ in range(num_layers)),
+        lengths=jnp.zeros((batch,), jnp.int32),
+    )
+
+
+def write_rows(buffer: jax.Array, new: jax.Array, starts: jax.Array) -> jax.Array:
+    """Writes new[b, :T] into buffer[b, starts[b] : starts[b] + T] for every row b.
+
+    A masked select rather than a per-row `dynamic_update_slice`: on XLA:CPU the latter made the
+    one-token decode step copy each cache buffer several times (see the project's perf notes),
+    while a select over the whole buffer updates it in place. Entries that would land past the end
+    of the buffer are dropped (callers check capacity on the host).
+
+    Args:
+      buffer: [batch, length, ...].
+      new: [batch, T, ...] same trailing dims and dtype family.
+      starts: int32 [batch].
+
+    Returns:
+      [batch, length, ...] the updated buffer.
+    """
+    length, num_new = buffer.shape[1], new.shape[1]
+    offset = jnp.arange(length)[None, :] - starts[:, None]  # [batch, length]
+    inside = (offset >= 0) & (offset < num_new)  # [batch, length]
+    if num_new == 1:
+        gathered = jnp.broadcast_to(new, buffer.shape)
+    else:
+        index = jnp.clip(offset, 0, num_new - 1)  # [batch, length]
+        index = index.reshape(index.shape + (1,) * (buffer.ndim - 2))
+        gathered = jnp.take_along_axis(new, index, axis=1)  # [batch, length, ...]
+    mask = inside.reshape(inside.shape + (1,) * (buffer.ndim - 2))
+    return jnp.where(mask, gathered.astype(buffer.dtype), buffer)
+
+
+def rollback(state, lengths: jax.Array):
+    """Sets the per-row lengths of any decoding state that has a `lengths` field."""
+    return state.replace(lengths=lengths.astype(jnp.int32))
