@@ -1,0 +1,88 @@
+"""Prompt-lookup draft: propose the continuation of the latest earlier match of the last n-gram.
+
+Deterministic (q is a point mass), free to run, and strong whenever the output repeats its
+context (code, extraction, editing). Its "logits" are 0 on the proposed token and -inf elsewhere,
+so under any warper q is one-hot and the sampler's deterministic-draft rule applies exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from specjax.models.kv_cache import write_rows
+
+
+@struct.dataclass
+class HistoryState:
+    """Every token fed so far, per row.
+
+    Attributes:
+      tokens: int32 [batch, max_len] (entries past `lengths` are stale).
+      lengths: int32 [batch].
+    """
+
+    tokens: jax.Array
+    lengths: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptLookupLM:
+    """Looks up the longest suffix n-gram (max_ngram down to min_ngram) in the history.
+
+    With no match it proposes the last token again (any proposal keeps decoding lossless).
+    """
+
+    vocab_size: int
+    max_ngram: int = 3
+    min_ngram: int = 1
+
+    def __post_init__(self):
+        if not 1 <= self.min_ngram <= self.max_ngram:
+            raise ValueError(
+                f"need 1 <= min_ngram <= max_ngram, got {self.min_ngram}, {self.max_ngram}"
+            )
+
+    def init_state(self, batch: int, max_len: int) -> HistoryState:
+        return HistoryState(jnp.zeros((batch, max_len), jnp.int32), jnp.zeros((batch,), jnp.int32))
+
+    def _predict(self, history: jax.Array, length: jax.Array) -> jax.Array:
+        """Next-token proposal for one row whose first `length` tokens are valid."""
+        max_len = history.shape[0]
+        idx = jnp.arange(max_len)
+        best = history[jnp.maximum(length - 1, 0)]  # fallback: repeat the last token
+        found = jnp.zeros((), bool)
+        for n in range(self.max_ngram, self.min_ngram - 1, -1):
+            # A candidate match starts at j with j + n < length (its continuation is known).
+            match = (idx + n < length) & (length >= n)
+            for k in range(n):
+                suffix_tok = history[jnp.clip(length - n + k, 0, max_len - 1)]
+                match = match & (jnp.take(history, jnp.clip(idx + k, 0, max_len - 1)) == suffix_tok)
+            latest = jnp.max(jnp.where(match, idx, -1))
+            proposal = history[jnp.clip(latest + n, 0, max_len - 1)]
+            best = jnp.where(~found & (latest >= 0), proposal, best)
+            found = found | (latest >= 0)
+        return best
+
+    def apply(self, params, state: HistoryState, tokens: jax.Array, num_new: jax.Array):
+        """Appends the new tokens and predicts after each of them.
+
+        Returns:
+          logits: float32 [batch, T, vocab], 0 on the proposed token, -inf elsewhere.
+          state: history extended by num_new tokens per row.
+        """
+        del params
+        batch, t = tokens.shape
+        history = write_rows(state.tokens, tokens.astype(jnp.int32), state.lengths)
+        # Prediction after the i-th new token sees the history up to and including it.
+        ends = state.lengths[:, None] + jnp.arange(1, t + 1)[None, :]  # [batch, T]
+        predict_row = jax.vmap(self._predict, in_axes=(None, 0))
+        proposals = jax.vmap(predict_row)(history, ends)  # [batch, T]
+        logits = jnp.where(
+            jax.nn.one_hot(proposals, self.vocab_size, dtype=bool), 0.0, -jnp.inf
+        ).astype(jnp.float32)
+        new_state = HistoryState(history, state.lengths + num_new.astype(jnp.int32))
+        return logits, new_state
