@@ -97,7 +97,7 @@ def acceptance_rate(p, q, axis: int = -1) -> np.ndarray:
     """Per-position acceptance rate beta = sum_x min(p(x), q(x)).
 
     This is the paper's Definition 3.1, beta = E_{x~q}[min(1, p(x)/q(x))], which equals
-    sum_x min(p, q) (Section 3.3): the probability that a draft token x ~ q is accepted.
+    sum_x min(p, q) (Section 3.2): the probability that a draft token x ~ q is accepted.
 
     Args:
       p: target probabilities, [..., vocab] (non-negative, summing to 1 along `axis`).
@@ -115,8 +115,8 @@ def acceptance_rate(p, q, axis: int = -1) -> np.ndarray:
 def total_variation(p, q, axis: int = -1) -> np.ndarray:
     """The paper's divergence D_LK(p, q) = 1 - sum_x min(p, q), i.e. the total variation distance.
 
-    Section 3.3 of the paper defines D_LK(p, q) = sum_x |p(x) - M(x)| with M = (p + q) / 2, shows
-    D_LK = 1 - sum_x min(p, q), and hence beta = 1 - D_LK(p, q).
+    Section 3.2 of the paper defines D_LK(p, q) = sum_x |p(x) - M(x)| with M = (p + q) / 2
+    (Definition 3.3), shows D_LK = 1 - sum_x min(p, q) (Lemma 3.4) and so beta = 1 - D_LK(p, q).
 
     Args:
       p: target probabilities, [..., vocab].
