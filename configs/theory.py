@@ -3,7 +3,7 @@ r"""Theory mode: expected speedup of speculative decoding as a function of alpha
 Paper: Leviathan, Kalman & Matias 2023, "Fast Inference from Transformers via Speculative
 Decoding", https://arxiv.org/abs/2211.17192 (Equation 1, Theorems 3.8 and 3.11).
 
-Launch (from the repository root; CPU only, ~3 s including Python start-up):
+Launch (from the repository root; CPU only, about 1 s including Python start-up):
 
     python -m experiments.main --config=configs/theory.py --workdir=runs/theory
     python -m experiments.main --config=configs/theory.py:alpha=0.8,c=0.1 --workdir=runs/theory
