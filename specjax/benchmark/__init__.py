@@ -1,0 +1,1 @@
+"""Measurement harness: step costs (c, T_target(k)), α, and walltime of decoders."""

@@ -1,0 +1,82 @@
+"""Per-call costs measured inside a device loop: T_target(k), T_draft, and c.
+
+A jitted call from Python pays ~0.3 ms of dispatch that the decoding `while_loop` does not (see
+the perf notes), so costs are measured the way the loop pays them: `steps` calls of the model
+inside one `lax.fori_loop`, each scoring k tokens at the same cache position (the length is
+rolled back after every call), divided by `steps`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from specjax.benchmark.timing import Timing, time_call
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4))
+def _repeat_calls(model, params, state, tokens, steps):
+    """Runs `steps` forward calls of tokens [batch, k] from the same cache position."""
+    num_new = jnp.full((tokens.shape[0],), tokens.shape[1], jnp.int32)
+    start = state.lengths
+
+    def body(i, carry):
+        state, acc = carry
+        logits, new_state = model.apply(params, state, (tokens + i) % model.vocab_size, num_new)
+        # Consume the logits so the call is not dead code; roll back to the same position.
+        return new_state.replace(lengths=start), acc + logits[:, -1, 0].sum()
+
+    state, acc = jax.lax.fori_loop(0, steps, body, (state, jnp.zeros((), jnp.float32)))
+    return acc, state.lengths
+
+
+def prefilled_state(model, params, batch: int, context: int, cache_len: int, seed: int = 0):
+    """A model state holding `context` random tokens per row."""
+    tokens = jax.random.randint(jax.random.PRNGKey(seed), (batch, context), 0, model.vocab_size)
+    state = model.init_state(batch, cache_len)
+    _, state = jax.jit(model.apply)(params, state, tokens, jnp.full((batch,), context, jnp.int32))
+    return state
+
+
+def call_cost(
+    model,
+    params,
+    k: int,
+    *,
+    batch: int = 1,
+    context: int = 64,
+    cache_len: int = 512,
+    steps: int = 16,
+    repeats: int = 5,
+) -> Timing:
+    """Seconds per forward call scoring k tokens per row (median over repeats).
+
+    Args:
+      model: a specjax model.
+      params: its parameters.
+      k: tokens per call (1 = a decode step; γ + 1 = a verification).
+      batch: rows.
+      context: cached tokens before the call (attention cost grows with it).
+      cache_len: cache positions (what the decoders would allocate).
+      steps: calls per timed loop.
+      repeats: timed loops.
+
+    Returns:
+      Timing whose median is seconds per single call.
+    """
+    if k < 1 or context + k > cache_len:
+        raise ValueError(
+            f"need 1 <= k and context + k <= cache_len; got k={k}, "
+            f"context={context}, cache_len={cache_len}"
+        )
+    state = prefilled_state(model, params, batch, context, cache_len)
+    tokens = jnp.zeros((batch, k), jnp.int32)
+    t = time_call(lambda: _repeat_calls(model, params, state, tokens, steps), repeats=repeats)
+    return Timing(t.median / steps, tuple(s / steps for s in t.samples))
+
+
+def cost_curve(model, params, max_k: int, **kwargs) -> dict:
+    """T(k) in seconds for k = 1..max_k (see `call_cost` for kwargs)."""
+    return {k: call_cost(model, params, k, **kwargs).median for k in range(1, max_k + 1)}
