@@ -1,0 +1,62 @@
+"""The decode loops must update the KV cache in place: no cache-sized copies in the compiled HLO.
+
+XLA:CPU copied every cache buffer once per step until specjax set
+--xla_cpu_copy_insertion_use_region_analysis (see specjax/__init__.py); this guards against that
+regression structurally (counting HLO copy ops), not with a timing assertion.
+"""
+
+import re
+
+import jax
+import numpy as np
+
+import specjax  # noqa: F401  (sets XLA_FLAGS before the backend starts)
+from specjax.decoding import autoregressive, speculative
+from specjax.decoding.sampling import make_warper
+from specjax.models import NgramLM, TransformerConfig, TransformerLM, fit_ngram
+
+CACHE_LEN = 128
+
+
+def _cache_copies(hlo: str, shape: str) -> int:
+    return len(re.findall(rf"= f32\[{shape}\]\{{[^}}]*\}} copy\(", hlo))
+
+
+def _model():
+    cfg = TransformerConfig.gpt2(
+        32, num_layers=2, embed_dim=32, num_heads=2, mlp_dim=64, max_len=CACHE_LEN
+    )
+    lm = TransformerLM(cfg)
+    return lm, lm.init_params(jax.random.PRNGKey(0))
+
+
+def test_autoregressive_loop_has_no_cache_copies():
+    lm, params = _model()
+    dec = autoregressive.AutoregressiveDecoder(lm, make_warper(0), cache_len=CACHE_LEN)
+    tokens, lengths = dec.prepare([np.arange(5)], 16)
+    hlo = (
+        autoregressive._generate_jit.lower(
+            dec, params, tokens, lengths, jax.random.PRNGKey(0), 16, -1
+        )
+        .compile()
+        .as_text()
+    )
+    assert "while" in hlo
+    assert _cache_copies(hlo, f"1,{CACHE_LEN},2,16") == 0
+
+
+def test_speculative_loop_has_no_cache_copies():
+    lm, params = _model()
+    draft = NgramLM(32, 2)
+    dparams = fit_ngram(np.arange(100) % 32, 32, 2)
+    dec = speculative.SpeculativeDecoder(lm, draft, 3, make_warper(0), cache_len=CACHE_LEN)
+    tokens, lengths = dec.prepare([np.arange(5)], 16)
+    hlo = (
+        speculative._generate_jit.lower(
+            dec, params, dparams, tokens, lengths, jax.random.PRNGKey(0), 16, -1
+        )
+        .compile()
+        .as_text()
+    )
+    assert "while" in hlo
+    assert _cache_copies(hlo, f"1,{CACHE_LEN},2,16") == 0
