@@ -1,0 +1,310 @@
+"""Sampling warpers: exact probability vectors from hand-written logits, validation, static-arg use.
+
+Logits are written as log(weights), so a warper's exact output is a hand-computable ratio of
+weights: temperature T turns weights w into w^(1/T), top-k/top-p zero some weights, and the result
+is renormalised. Comparisons use float32 tolerance (softmax runs in float32).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from specjax.decoding.sampling import (
+    Greedy,
+    Temperature,
+    TopK,
+    TopP,
+    Warper,
+    make_warper,
+    sample_from_probs,
+)
+
+
+def _logits(weights) -> jax.Array:
+    return jnp.log(jnp.asarray(weights, jnp.float32))
+
+
+def _probs(weights) -> np.ndarray:
+    w = np.asarray(weights, np.float64)
+    return w / w.sum()
+
+
+def _assert_probs(actual, expected):
+    actual = np.asarray(actual)
+    assert actual.dtype == np.float32
+    np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-7)
+
+
+# ----------------------------------------------------------------------------- temperature
+
+
+@pytest.mark.parametrize(
+    "temperature, expected",
+    [
+        (1.0, [1, 4, 9, 16]),
+        (0.5, [1, 16, 81, 256]),  # w^2
+        (2.0, [1, 2, 3, 4]),  # sqrt(w)
+    ],
+)
+def test_temperature(temperature, expected):
+    probs = make_warper(temperature=temperature).probs(_logits([1, 4, 9, 16]))
+    _assert_probs(probs, _probs(expected))
+
+
+def test_temperature_warper_divides_logits():
+    out = Temperature(4.0)(jnp.asarray([4.0, -8.0, 2.0]))
+    np.testing.assert_array_equal(np.asarray(out), [1.0, -2.0, 0.5])
+
+
+# ----------------------------------------------------------------------------- top-k
+
+
+@pytest.mark.parametrize(
+    "top_k, expected",
+    [
+        (1, [0, 0, 4, 0]),
+        (2, [3, 0, 4, 0]),
+        (3, [3, 0, 4, 2]),
+        (4, [3, 1, 4, 2]),
+        (100, [3, 1, 4, 2]),  # k >= vocab keeps everything
+    ],
+)
+def test_top_k(top_k, expected):
+    _assert_probs(make_warper(top_k=top_k).probs(_logits([3, 1, 4, 2])), _probs(expected))
+
+
+def test_top_k_keeps_all_ties_with_the_kth_value():
+    # Weights [1, 2, 2, 4], k = 2: the k-th largest value 2 is tied, both copies are kept.
+    _assert_probs(make_warper(top_k=2).probs(_logits([1, 2, 2, 4])), _probs([0, 2, 2, 4]))
+    # k = 1 with a tied maximum keeps both maxima (unlike Greedy, which keeps the first).
+    _assert_probs(make_warper(top_k=1).probs(_logits([3, 1, 3, 2])), _probs([3, 0, 3, 0]))
+
+
+def test_top_k_masks_with_minus_infinity():
+    out = np.asarray(TopK(2)(jnp.asarray([0.5, 3.0, -1.0, 2.0])))
+    np.testing.assert_array_equal(out, [-np.inf, 3.0, -np.inf, 2.0])
+
+
+# ----------------------------------------------------------------------------- top-p
+
+
+@pytest.mark.parametrize(
+    "top_p, expected",
+    [
+        # Sorted probabilities 0.4, 0.3, 0.2, 0.1 (tokens 1, 3, 2, 0); cumulative 0.4, 0.7, 0.9.
+        (0.3, [0, 1, 0, 0]),
+        (0.65, [0, 4, 0, 3]),
+        (0.85, [0, 4, 2, 3]),
+        (0.95, [1, 4, 2, 3]),
+        (1.0, [1, 4, 2, 3]),
+    ],
+)
+def test_top_p(top_p, expected):
+    probs = make_warper(top_p=top_p).probs(_logits([0.1, 0.4, 0.2, 0.3]))
+    _assert_probs(probs, _probs(expected))
+
+
+def test_top_p_boundary_mass_exactly_reaching_top_p():
+    # Powers of two are exact in float32: the top two tokens reach exactly 0.75, which is the
+    # smallest set whose mass reaches top_p, so the third token is excluded.
+    logits = _logits([0.125, 0.5, 0.125, 0.25])
+    assert np.cumsum(np.sort(np.asarray(jax.nn.softmax(logits)))[::-1])[1] == 0.75  # exact
+    _assert_probs(make_warper(top_p=0.75).probs(logits), _probs([0, 2, 0, 1]))
+    # Just above the boundary the next token is needed as well (first index among the 0.125 ties).
+    _assert_probs(make_warper(top_p=0.7500001).probs(logits), _probs([1, 4, 0, 2]))
+    # Four equal tokens (exactly 0.25 each) and top_p = 0.5: the first two indices.
+    _assert_probs(make_warper(top_p=0.5).probs(jnp.zeros(4)), _probs([1, 1, 0, 0]))
+
+
+def test_top_p_tiny_keeps_only_the_argmax():
+    _assert_probs(make_warper(top_p=1e-9).probs(_logits([0.2, 0.3, 0.4, 0.1])), [0, 0, 1, 0])
+
+
+def test_top_p_one_is_the_identity():
+    logits = jnp.asarray([0.3, -1.0, 2.0, 0.0])
+    np.testing.assert_array_equal(np.asarray(TopP(1.0)(logits)), np.asarray(logits))
+
+
+def test_top_p_per_row():
+    logits = jnp.stack([_logits([0.1, 0.4, 0.2, 0.3]), _logits([0.7, 0.1, 0.1, 0.1])])
+    expected = np.stack([_probs([0, 4, 0, 3]), _probs([1, 0, 0, 0])])
+    _assert_probs(make_warper(top_p=0.65).probs(logits), expected)
+
+
+# ----------------------------------------------------------------------------- greedy
+
+
+def test_greedy_is_one_hot_of_first_argmax():
+    probs = make_warper(temperature=0).probs(jnp.asarray([[1.0, 3.0, 3.0, 2.0], [5.0, 0, 0, 5.0]]))
+    np.testing.assert_array_equal(np.asarray(probs), [[0, 1, 0, 0], [1, 0, 0, 0]])
+    assert np.asarray(probs).dtype == np.float32
+    assert make_warper(temperature=0).is_greedy
+    assert not make_warper(temperature=0.5).is_greedy
+
+
+def test_greedy_ignores_top_k_and_top_p():
+    warper = make_warper(temperature=0, top_k=3, top_p=0.5)
+    assert warper == Warper((Greedy(),))
+
+
+def test_greedy_sample_is_the_argmax():
+    logits = jnp.asarray([[0.0, 9.0, 9.0, 1.0]] * 8)
+    tokens = make_warper(temperature=0).sample(jax.random.key(0), logits)
+    np.testing.assert_array_equal(np.asarray(tokens), [1] * 8)
+
+
+# ----------------------------------------------------------------------------- composition
+
+
+def test_chain_order_is_temperature_then_top_k_then_top_p():
+    warper = make_warper(temperature=0.5, top_k=3, top_p=0.6)
+    assert warper.warpers == (Temperature(0.5), TopK(3), TopP(0.6))
+    # Weights [1, 2, 3, 4] -> temperature 0.5 -> [1, 4, 9, 16] -> top-3 -> [0, 4, 9, 16] (mass
+    # 4/29, 9/29, 16/29) -> top-p 0.6: 16/29 = 0.55 < 0.6 so 9 is kept too -> [0, 0, 9, 16].
+    _assert_probs(warper.probs(_logits([1, 2, 3, 4])), _probs([0, 0, 9, 16]))
+
+
+def test_top_p_sees_the_tempered_distribution():
+    # Weights [1, 2, 3, 4], temperature 0.5, top_p 0.8. Tempered first: [1, 4, 9, 16] / 30, top
+    # two reach 25/30 >= 0.8 -> [0, 0, 9, 16]. (Top-p first would keep three tokens.)
+    warper = make_warper(temperature=0.5, top_p=0.8)
+    _assert_probs(warper.probs(_logits([1, 2, 3, 4])), _probs([0, 0, 9, 16]))
+    reversed_order = Warper((TopP(0.8), Temperature(0.5)))
+    _assert_probs(reversed_order.probs(_logits([1, 2, 3, 4])), _probs([0, 4, 9, 16]))
+
+
+def test_top_p_sees_the_top_k_renormalised_distribution():
+    # Weights [1, 2, 3, 4], top_k 2, top_p 0.55: after top-k, 4/7 = 0.571 >= 0.55 -> only token 3.
+    # (Top-p on the original 0.4 < 0.55 would keep token 2 as well.)
+    _assert_probs(make_warper(top_k=2, top_p=0.55).probs(_logits([1, 2, 3, 4])), [0, 0, 0, 1])
+
+
+def test_make_warper_defaults_are_the_identity():
+    assert make_warper() == Warper(())
+    assert make_warper(temperature=1.0, top_k=None, top_p=1.0) == Warper(())
+    assert make_warper(top_k=0) == Warper(())
+    _assert_probs(make_warper().probs(_logits([1, 2, 3, 4])), _probs([1, 2, 3, 4]))
+
+
+# ----------------------------------------------------------------------------- dtypes
+
+
+def test_bfloat16_logits_give_float32_probs_summing_to_one():
+    logits = jnp.asarray(np.random.default_rng(0).normal(size=(3, 5, 50)), jnp.bfloat16)
+    for warper in (
+        make_warper(),
+        make_warper(temperature=0.7, top_k=10, top_p=0.9),
+        make_warper(temperature=0),
+    ):
+        probs = np.asarray(warper.probs(logits))
+        assert probs.dtype == np.float32
+        assert probs.shape == (3, 5, 50)
+        np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-6)
+    greedy = np.asarray(make_warper(temperature=0).probs(logits))
+    np.testing.assert_array_equal(greedy.argmax(-1), np.asarray(jnp.argmax(logits, -1)))
+    np.testing.assert_array_equal(greedy.sum(-1), 1.0)  # exactly one-hot
+
+
+# ----------------------------------------------------------------------------- static argument
+
+
+def test_warpers_are_frozen_and_hashable():
+    a = make_warper(temperature=0.8, top_k=40, top_p=0.95)
+    b = make_warper(temperature=0.8, top_k=40, top_p=0.95)
+    assert a == b and hash(a) == hash(b)
+    assert a != make_warper(temperature=0.8, top_k=41, top_p=0.95)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.warpers = ()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.warpers[0].temperature = 1.0
+    assert Warper([TopK(2)]).warpers == (TopK(2),)  # lists become tuples: hashable
+
+
+def test_warper_is_a_jit_static_argument():
+    traces = []
+
+    def probs_fn(logits, warper):
+        traces.append(warper)  # runs once per trace
+        return warper.probs(logits)
+
+    probs = jax.jit(probs_fn, static_argnums=1)
+    logits = _logits([1, 2, 3, 4])
+    first = probs(logits, make_warper(temperature=0.5, top_k=3))
+    again = probs(logits * 2, make_warper(temperature=0.5, top_k=3))  # equal warper: cached
+    assert len(traces) == 1
+    _assert_probs(first, _probs([0, 4, 9, 16]))
+    _assert_probs(again, _probs([0, 16, 81, 256]))
+    probs(logits, make_warper(temperature=0.5, top_k=2))  # different warper: new trace
+    assert len(traces) == 2
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"temperature": -0.1}, "temperature"),
+        ({"temperature": math.nan}, "temperature"),
+        ({"temperature": math.inf}, "temperature"),
+        ({"temperature": "1"}, "temperature"),
+        ({"top_k": -1}, "top_k"),
+        ({"top_k": 2.5}, "top_k"),
+        ({"top_k": 2.0}, "top_k"),
+        ({"top_k": True}, "top_k"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": -0.5}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"top_p": math.nan}, "top_p"),
+    ],
+)
+def test_make_warper_rejects_invalid_settings(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        make_warper(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "build, match",
+    [
+        (lambda: Temperature(0.0), "temperature"),
+        (lambda: Temperature(-1.0), "temperature"),
+        (lambda: Temperature(math.nan), "temperature"),
+        (lambda: TopK(0), "top_k"),
+        (lambda: TopK(3.0), "top_k"),
+        (lambda: TopP(0.0), "top_p"),
+        (lambda: TopP(1.01), "top_p"),
+    ],
+)
+def test_warper_constructors_reject_invalid_settings(build, match):
+    with pytest.raises(ValueError, match=match):
+        build()
+
+
+def test_warper_chain_rejects_non_callables():
+    with pytest.raises(TypeError, match="warpers"):
+        Warper((0.5,))
+
+
+# ----------------------------------------------------------------------------- sample_from_probs
+
+
+def test_sample_from_probs_never_draws_zero_weights_and_matches_the_weights():
+    # Unnormalised weights with zeros; 2^17 draws. chi-square threshold p-value 1e-6 is the only
+    # statistical check in this file: false-failure probability <= 1e-6.
+    weights = jnp.asarray([0.0, 3.0, 0.0, 1.0, 4.0, 0.0], jnp.float32)
+    tokens = np.asarray(
+        sample_from_probs(jax.random.key(42), jnp.broadcast_to(weights, (1 << 17, 6)))
+    )
+    assert tokens.dtype == np.int32
+    counts = np.bincount(tokens, minlength=6)
+    assert counts[[0, 2, 5]].sum() == 0
+    expected = (1 << 17) * np.array([3, 1, 4]) / 8
+    statistic = ((counts[[1, 3, 4]] - expected) ** 2 / expected).sum()
+    assert stats.chi2.sf(statistic, 2) > 1e-6, counts
