@@ -1,0 +1,290 @@
+"""Shared statistical machinery for the losslessness tests (imported by tests/test_acceptance_*).
+
+A test case is a position-independent target p and a draft rule: the target's distribution is the
+same vector p at every position (a context-free "language model"), so the emitted stream of a
+lossless sampler is i.i.d. p, and the number of accepted drafts is a truncated geometric variable
+with per-position acceptance probability alpha. `sample_case` draws, for each of `num_samples`
+independent keys (vmap over keys, `lax.map` over chunks to bound memory, one jit per shape),
+
+  * the first two tokens of the stream emitted by two consecutive calls of the sampler (the second
+    call, with its own key and drafts, only matters for rows whose first call emitted one token);
+  * the number of drafts the first call accepted.
+
+The checks turn counts into p-values: Pearson chi-square with sparse categories pooled, exact
+binomial tests for acceptance rates, a z-test for the mean emitted length. Every statistical check
+in the suite fails below `PVALUE_THRESHOLD`; each file states its number of checks and the
+resulting family-wise false-failure bound (Bonferroni: checks x threshold, valid under any
+dependence between the checks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import stats
+
+# A correct sampler fails one check with probability <= 1e-6 (up to the accuracy of the chi-square
+# and normal approximations, which with every pooled bin expecting >= 5 counts and >= 1e6 samples
+# is well within a factor of 2 at this tail).
+PVALUE_THRESHOLD = 1e-6
+
+# Categories expecting fewer counts than this are pooled into one bin before the chi-square test.
+MIN_EXPECTED = 5.0
+
+# 2^20 = 1,048,576 >= 1e6 samples per case, in 16 chunks of 65,536 keys.
+NUM_SAMPLES = 1 << 20
+CHUNK = 1 << 16
+
+AcceptFn = Callable[..., tuple[jax.Array, jax.Array]]
+
+
+def normalised(x) -> np.ndarray:
+    """float64 copy of `x` (any float dtype, bfloat16 included) divided by its sum."""
+    x = np.asarray(x).astype(np.float64)
+    return x / x.sum()
+
+
+def draft_cdf(draft_dist) -> np.ndarray:
+    """float32 CDF for inverse-CDF sampling of draft tokens, ending at exactly 1.
+
+    Built in float64 so that zero-probability tokens get an empty interval and are never drafted.
+    """
+    cdf = np.cumsum(normalised(draft_dist))
+    cdf = (cdf / cdf[-1]).astype(np.float32)
+    cdf[-1] = 1.0
+    return cdf
+
+
+def cdf_probs(cdf: np.ndarray) -> np.ndarray:
+    """The distribution a float32 CDF really samples (u uniform in [0, 1)), in float64."""
+    return np.diff(np.concatenate([[0.0], cdf.astype(np.float64)]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One (p, draft) configuration.
+
+    Attributes:
+      name: test id.
+      target: [vocab] p exactly as passed to the sampler (float32 or bfloat16 numpy array); the
+        sampler must emit tokens distributed as `normalised(target)`.
+      draft_dist: [vocab] distribution the draft tokens are drawn from (i.i.d. per position).
+      draft_probs: [vocab] what the sampler is told the draft sampled from (float32/bfloat16), or
+        None for a deterministic draft (the sampler then assumes a point mass on each draft token).
+        For a correct stochastic draft this is `draft_dist` itself.
+      gamma: number of drafted tokens per call.
+    """
+
+    name: str
+    target: np.ndarray
+    draft_dist: np.ndarray
+    draft_probs: np.ndarray | None
+    gamma: int
+
+    @property
+    def vocab(self) -> int:
+        return int(self.target.shape[-1])
+
+    @property
+    def p(self) -> np.ndarray:
+        """The target distribution the output must follow (float64)."""
+        return normalised(self.target)
+
+    @property
+    def r(self) -> np.ndarray:
+        """The distribution draft tokens are really drawn from (float64, after float32 CDF)."""
+        return cdf_probs(draft_cdf(self.draft_dist))
+
+    @property
+    def alpha(self) -> float:
+        """Probability that a draft position is accepted, for the correct rule.
+
+        Stochastic draft: sum_x min(p(x), q(x)). Deterministic draft (point mass on x):
+        E_{x ~ r}[p(x)].
+        """
+        if self.draft_probs is None:
+            return float(np.sum(self.r * self.p))
+        q = normalised(self.draft_probs)
+        ratio = np.where(q > 0, np.minimum(1.0, self.p / np.where(q > 0, q, 1.0)), 1.0)
+        return float(np.sum(self.r * ratio))
+
+
+@dataclasses.dataclass(frozen=True)
+class Samples:
+    """What `sample_case` returns (numpy).
+
+    Attributes:
+      pairs: int [num_samples, 2] first two tokens of the emitted stream.
+      num_accepted: int [num_samples] drafts accepted by the first call.
+    """
+
+    pairs: np.ndarray
+    num_accepted: np.ndarray
+
+
+@functools.partial(
+    jax.jit, static_argnames=("accept_fn", "gamma", "deterministic", "num_chunks", "chunk")
+)
+def _sample(key, target, draft_probs, cdf, *, accept_fn, gamma, deterministic, num_chunks, chunk):
+    vocab = target.shape[-1]
+    p_rows = jnp.broadcast_to(target, (1, gamma + 1, vocab))  # [1, gamma + 1, vocab]
+    q_rows = None if deterministic else jnp.broadcast_to(draft_probs, (1, gamma, vocab))
+
+    def draft(key):
+        u = jax.random.uniform(key, (1, gamma))  # [1, gamma]
+        # Inverse CDF: the number of CDF entries <= u is the drafted token.
+        return jnp.sum(u[..., None] >= cdf, axis=-1).astype(jnp.int32)  # [1, gamma]
+
+    def one(key):
+        k_draft1, k_accept1, k_draft2, k_accept2 = jax.random.split(key, 4)
+        tokens1, n1 = accept_fn(k_accept1, draft(k_draft1), q_rows, p_rows)
+        tokens2, _ = accept_fn(k_accept2, draft(k_draft2), q_rows, p_rows)
+        # tokens1[0, :n1 + 1] are emitted; the stream continues with the second call's output.
+        second = jnp.where(n1[0] >= 1, tokens1[0, 1], tokens2[0, 0])
+        return jnp.stack([tokens1[0, 0], second]), n1[0]
+
+    def run_chunk(key):
+        return jax.vmap(one)(jax.random.split(key, chunk))
+
+    pairs, n = jax.lax.map(run_chunk, jax.random.split(key, num_chunks))
+    return pairs.reshape(-1, 2), n.reshape(-1)  # [num_samples, 2], [num_samples]
+
+
+def sample_case(
+    case: Case, accept_fn: AcceptFn, seed: int, num_samples: int = NUM_SAMPLES
+) -> Samples:
+    """Runs `accept_fn` (speculative_accept's signature) on `num_samples` independent keys.
+
+    Args:
+      case: the configuration.
+      accept_fn: (key, draft_tokens [1, gamma], draft_probs [1, gamma, vocab] | None,
+        target_probs [1, gamma + 1, vocab]) -> (tokens [1, gamma + 1], num_accepted [1]).
+      seed: fixed seed of the PRNG key.
+      num_samples: a multiple of CHUNK.
+
+    Returns:
+      `Samples`.
+    """
+    if num_samples % CHUNK:
+        raise ValueError(f"num_samples must be a multiple of {CHUNK}; got {num_samples}")
+    draft_probs = case.draft_probs if case.draft_probs is not None else case.target[:0]
+    pairs, n = _sample(
+        jax.random.key(seed),
+        jnp.asarray(case.target),
+        jnp.asarray(draft_probs),
+        jnp.asarray(draft_cdf(case.draft_dist)),
+        accept_fn=accept_fn,
+        gamma=case.gamma,
+        deterministic=case.draft_probs is None,
+        num_chunks=num_samples // CHUNK,
+        chunk=CHUNK,
+    )
+    return Samples(np.asarray(pairs), np.asarray(n))
+
+
+@dataclasses.dataclass(frozen=True)
+class Chi2:
+    """Result of a pooled Pearson chi-square goodness-of-fit test."""
+
+    statistic: float
+    dof: int
+    pvalue: float
+    bins: int
+
+
+def assert_impossible_never_drawn(counts: np.ndarray, probs: np.ndarray, what: str) -> None:
+    """A category of probability exactly 0 must never occur: one occurrence is a failure."""
+    bad = (probs == 0) & (counts > 0)
+    if bad.any():
+        where = np.argwhere(bad)[:5].tolist()
+        raise AssertionError(f"{what}: zero-probability categories drawn, e.g. {where}")
+
+
+def pooled_chi2(counts: np.ndarray, probs: np.ndarray) -> Chi2:
+    """Pearson chi-square of `counts` against `probs`, pooling sparse categories.
+
+    Categories of probability 0 are left out (check them with `assert_impossible_never_drawn`).
+    Categories expecting fewer than MIN_EXPECTED counts are merged into one bin; if that bin still
+    expects fewer, it absorbs the smallest remaining bins until it does not.
+
+    Args:
+      counts: observed counts, any shape.
+      probs: probabilities of the same shape, summing to 1.
+
+    Returns:
+      `Chi2`; with a single bin there is nothing to test and the p-value is 1.
+    """
+    counts = np.asarray(counts, np.float64).ravel()
+    probs = np.asarray(probs, np.float64).ravel()
+    keep = probs > 0
+    counts, probs = counts[keep], probs[keep]
+    total = counts.sum()
+    expected = total * probs / probs.sum()
+    order = np.argsort(expected)
+    expected, counts = expected[order], counts[order]
+    # Smallest-first: pool the prefix of sparse categories, extending it while the pool is sparse.
+    cut = int(np.searchsorted(expected, MIN_EXPECTED))
+    while cut < len(expected) and 0 < expected[:cut].sum() < MIN_EXPECTED:
+        cut += 1
+    if cut > 0:
+        expected = np.concatenate([[expected[:cut].sum()], expected[cut:]])
+        counts = np.concatenate([[counts[:cut].sum()], counts[cut:]])
+    bins = len(expected)
+    if bins < 2:
+        return Chi2(0.0, 0, 1.0, bins)
+    statistic = float(np.sum((counts - expected) ** 2 / expected))
+    dof = bins - 1
+    return Chi2(statistic, dof, float(stats.chi2.sf(statistic, dof)), bins)
+
+
+def binomial_pvalue(successes: int, trials: int, prob: float) -> float:
+    """Exact two-sided binomial test; a degenerate prob (0 or 1) must be matched exactly."""
+    if prob in (0.0, 1.0):
+        return 1.0 if successes == round(prob * trials) else 0.0
+    return float(stats.binomtest(int(successes), int(trials), prob).pvalue)
+
+
+def num_accepted_pmf(alpha: float, gamma: int) -> np.ndarray:
+    """[gamma + 1] P(n = k) for i.i.d. acceptances of probability alpha, truncated at gamma."""
+    k = np.arange(gamma + 1)
+    return np.where(k < gamma, alpha**k * (1.0 - alpha), alpha**gamma)
+
+
+def emitted_length_moments(alpha: float, gamma: int) -> tuple[float, float]:
+    """Mean and variance of the tokens emitted per call, n + 1.
+
+    The mean equals (1 - alpha^(gamma + 1)) / (1 - alpha) (Leviathan et al. 2023, eq. 1).
+    """
+    pmf = num_accepted_pmf(alpha, gamma)
+    length = np.arange(gamma + 1) + 1.0
+    mean = float(np.sum(pmf * length))
+    return mean, float(np.sum(pmf * (length - mean) ** 2))
+
+
+def mean_pvalue(values: np.ndarray, mean: float, variance: float) -> float:
+    """Two-sided z-test of the sample mean against a known mean and variance (CLT)."""
+    if variance == 0.0:
+        return 1.0 if np.all(values == mean) else 0.0
+    z = (values.mean() - mean) / np.sqrt(variance / len(values))
+    return float(2.0 * stats.norm.sf(abs(z)))
+
+
+def first_token_chi2(case: Case, samples: Samples) -> Chi2:
+    """Chi-square of the first emitted token against p (after the zero-probability check)."""
+    counts = np.bincount(samples.pairs[:, 0], minlength=case.vocab)
+    assert_impossible_never_drawn(counts, case.p, f"{case.name} first token")
+    return pooled_chi2(counts, case.p)
+
+
+def first_two_chi2(case: Case, samples: Samples) -> Chi2:
+    """Chi-square of the first two emitted tokens against p (x) p."""
+    v = case.vocab
+    counts = np.bincount(samples.pairs[:, 0] * v + samples.pairs[:, 1], minlength=v * v)
+    joint = np.outer(case.p, case.p).ravel()
+    assert_impossible_never_drawn(counts, joint, f"{case.name} first two tokens")
+    return pooled_chi2(counts, joint)
