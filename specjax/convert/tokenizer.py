@@ -1,0 +1,117 @@
+"""Hugging Face tokenizers behind the interface of specjax's `ByteTokenizer`.
+
+Optional: needs `transformers` (any tokenizer a checkpoint ships) or just `tokenizers` (a
+tokenizer.json). Without either, `load_hf_tokenizer` returns None and the caller works on ids.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from specjax.convert.common import first_id
+
+# Files any of which means "this checkpoint ships a tokenizer".
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+
+
+class HFTokenizer:
+    """A loaded HF tokenizer with `ByteTokenizer`'s methods (encode/decode/ids).
+
+    Attributes:
+      backend: the wrapped `transformers` tokenizer or `tokenizers.Tokenizer`.
+      bos_id, eos_id, pad_id: special ids (None when the tokenizer has none).
+    """
+
+    def __init__(self, backend, bos_id=None, eos_id=None, pad_id=None):
+        self.backend = backend
+        self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, pad_id
+        # transformers tokenizers take add_special_tokens; `tokenizers.Tokenizer` does not.
+        self._is_transformers = hasattr(backend, "convert_ids_to_tokens")
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of token strings, added tokens included (may be below the model's rows)."""
+        return len(self.vocab())
+
+    def vocab(self) -> dict:
+        """{token string: id}, added tokens included."""
+        return self.backend.get_vocab()
+
+    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> np.ndarray:
+        """Token ids of `text` (no special tokens unless asked).
+
+        Args:
+          text: the string to tokenize.
+          add_bos: prepend bos_id.
+          add_eos: append eos_id.
+
+        Returns:
+          int32 [n].
+        """
+        if self._is_transformers:
+            ids = self.backend.encode(text, add_special_tokens=False)
+        else:
+            ids = self.backend.encode(text, add_special_tokens=False).ids
+        for flag, name in ((add_bos, "bos_id"), (add_eos, "eos_id")):
+            if flag and getattr(self, name) is None:
+                raise ValueError(f"add_{name[:3]}=True but this tokenizer has no {name}")
+        ids = ([self.bos_id] if add_bos else []) + list(ids) + ([self.eos_id] if add_eos else [])
+        return np.asarray(ids, np.int32)
+
+    def decode(self, ids, stop_at_eos: bool = False) -> str:
+        """Text of 1-D `ids`, special tokens included; cut before the first EOS if asked."""
+        ids = [int(i) for i in np.asarray(ids).reshape(-1)]
+        if stop_at_eos and self.eos_id in ids:
+            ids = ids[: ids.index(self.eos_id)]
+        return self.backend.decode(ids, skip_special_tokens=False)
+
+    def decode_batch(self, ids, lengths=None, stop_at_eos: bool = False) -> list[str]:
+        """Decodes each row of [batch, n] ids, row b up to lengths[b] when given."""
+        rows = [np.asarray(r) for r in ids]
+        if lengths is not None:
+            rows = [r[: int(n)] for r, n in zip(rows, lengths, strict=True)]
+        return [self.decode(r, stop_at_eos) for r in rows]
+
+
+def has_tokenizer(path) -> bool:
+    """True if the checkpoint directory ships tokenizer files."""
+    return any(os.path.isfile(os.path.join(path, f)) for f in TOKENIZER_FILES)
+
+
+def load_hf_tokenizer(path, hf_config: dict | None = None) -> HFTokenizer | None:
+    """Loads the tokenizer a checkpoint directory ships, from local files only.
+
+    Args:
+      path: local checkpoint directory.
+      hf_config: its config.json (special ids for a bare tokenizer.json); optional.
+
+    Returns:
+      An HFTokenizer, or None when the directory has no tokenizer files or neither
+      `transformers` nor `tokenizers` is installed.
+    """
+    path = os.fspath(path)
+    if not has_tokenizer(path):
+        return None
+    hf_config = hf_config or {}
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        AutoTokenizer = None
+    if AutoTokenizer is not None:
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        return HFTokenizer(tok, tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        return None
+    file = os.path.join(path, "tokenizer.json")
+    if not os.path.isfile(file):
+        return None  # vocab.json / sentencepiece-only tokenizers need transformers
+    return HFTokenizer(
+        Tokenizer.from_file(file),
+        first_id(hf_config.get("bos_token_id")),
+        first_id(hf_config.get("eos_token_id")),
+        first_id(hf_config.get("pad_token_id")),
+    )
