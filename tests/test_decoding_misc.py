@@ -1,0 +1,321 @@
+"""Decoder behaviour beyond greedy equality: streaming twins, cache rollback, recompilation,
+EOS and token budgets, statistics, and argument checking. Sampling mode (temperature 1)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from decoding_setup import (
+    CACHE_LEN,
+    GAMMA,
+    MAX_NEW,
+    PROMPTS,
+    SAMPLING,
+    SMALL_DRAFT,
+    TARGET,
+    V,
+    ar_decoder,
+    as_lists,
+    drafts,
+    spec_decoder,
+    target_params,
+)
+
+from specjax.decoding import autoregressive, speculative
+from specjax.decoding.sampling import make_warper
+from specjax.decoding.speculative import SpeculativeDecoder
+from specjax.models import NgramLM, TransformerConfig, TransformerLM
+
+KEY = jax.random.PRNGKey(7)
+
+
+@pytest.fixture(scope="module")
+def ar():
+    return ar_decoder(SAMPLING)
+
+
+@pytest.fixture(scope="module")
+def spec():
+    """Sampling-mode speculative decoder with a noisy-copy draft (α ≈ 0.6) and its params."""
+    draft, draft_params = drafts()["noisy_self"]
+    return spec_decoder(draft, SAMPLING), draft_params
+
+
+@pytest.fixture(scope="module")
+def ar_result(ar):
+    return ar.generate(target_params(), list(PROMPTS), KEY, MAX_NEW)
+
+
+@pytest.fixture(scope="module")
+def spec_result(spec):
+    decoder, draft_params = spec
+    return decoder.generate(target_params(), draft_params, list(PROMPTS), KEY, MAX_NEW)
+
+
+def _same_result(a, b):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+# -- streaming twins ---------------------------------------------------------------------------
+
+
+def test_autoregressive_stream_equals_generate(ar, ar_result):
+    stream = ar.stream(target_params(), list(PROMPTS), KEY, MAX_NEW)
+    rows = [[] for _ in PROMPTS]
+    while True:
+        try:
+            step_tokens = np.asarray(next(stream))  # [batch], -1 for finished rows
+        except StopIteration as stop:
+            final = stop.value
+            break
+        for b, token in enumerate(step_tokens):
+            if token >= 0:
+                rows[b].append(int(token))
+    assert rows == as_lists(ar_result)
+    assert len(set(rows[0])) > 5  # sampling, not a constant stream
+    _same_result(final, ar_result)
+
+
+def test_speculative_stream_equals_generate_and_stats(spec, spec_result):
+    decoder, draft_params = spec
+    stream = decoder.stream(target_params(), draft_params, list(PROMPTS), KEY, MAX_NEW)
+    rows = [[] for _ in PROMPTS]
+    counts = []
+    while True:
+        try:
+            tokens, count = jax.device_get(next(stream))  # [batch, gamma + 1], [batch]
+        except StopIteration as stop:
+            final = stop.value
+            break
+        counts.append(count)
+        for b in range(len(PROMPTS)):
+            rows[b].extend(tokens[b, : count[b]].tolist())
+    assert rows == as_lists(spec_result)
+    _same_result(final, spec_result)
+
+    # Statistics agree with what the stream saw, iteration by iteration.
+    counts = np.stack(counts)  # [iterations, batch]
+    s = jax.device_get(spec_result.stats)
+    assert counts.shape[0] == int(s.target_calls)
+    np.testing.assert_array_equal((counts > 0).sum(0), s.iterations)
+    np.testing.assert_array_equal(counts.sum(0), s.emitted)
+    assert counts.max() <= GAMMA + 1
+    # accepted drafts = count - 1 in every iteration except a row's last (cut by the budget).
+    accepted = np.maximum(counts - 1, 0)
+    observed = np.array([(accepted > i).sum() for i in range(GAMMA)])  # [gamma]
+    assert (observed <= s.accepted_at).all()
+    assert s.accepted_at.sum() - observed.sum() <= len(PROMPTS) * GAMMA
+    assert 1.5 < spec_result.summary()["tokens_per_iteration"] < GAMMA + 1
+
+
+# -- cache rollback ----------------------------------------------------------------------------
+
+_forward = jax.jit(lambda m, p, s, t, n: m.apply(p, s, t, n), static_argnums=0)
+
+
+def _fresh_forward(model, params, tokens, lengths):
+    """Uncached forward of tokens [batch, 48] (lengths real per row): (logits, cache)."""
+    state = model.init_state(tokens.shape[0], CACHE_LEN)
+    return _forward(model, params, state, tokens[:, :48], lengths)
+
+
+def test_rollback_leaves_caches_equal_to_a_fresh_prefill(spec):
+    """After every iteration, each row's target cache holds exactly its first L - 1 tokens and the
+    draft cache its first L - 1 or L - 2, equal to a fresh prefill of the sequence so far (stale
+    rejected drafts are past the lengths); and the rolled-back cache predicts what a full forward
+    pass over the sequence predicts."""
+    decoder, draft_params = spec
+    params = target_params()
+    tokens, lengths = decoder.prepare(list(PROMPTS), MAX_NEW)
+    s = speculative._init_jit(decoder, params, draft_params, tokens, lengths, KEY, MAX_NEW, -1)
+    rejected_somewhere = False
+    for _ in range(4):
+        before = s.seq.lengths
+        s = speculative._step_jit(decoder, params, draft_params, s)
+        seq_len = np.asarray(s.seq.lengths)
+        rejected_somewhere |= bool((np.asarray(s.seq.lengths - before) < GAMMA + 1).any())
+        t_len, d_len = np.asarray(s.target_state.lengths), np.asarray(s.draft_state.lengths)
+        np.testing.assert_array_equal(t_len, seq_len - 1)
+        assert set((seq_len - d_len).tolist()) <= {1, 2}
+
+        fresh_logits, fresh = _fresh_forward(TARGET, params, s.seq.tokens, s.seq.lengths)
+        _, fresh_draft = _fresh_forward(TARGET, draft_params, s.seq.tokens, s.seq.lengths)
+        for b in range(len(PROMPTS)):
+            for mine, ref in zip(
+                s.target_state.keys + s.target_state.values, fresh.keys + fresh.values, strict=True
+            ):
+                np.testing.assert_allclose(mine[b, : t_len[b]], ref[b, : t_len[b]], atol=1e-5)
+            for mine, ref in zip(
+                s.draft_state.keys + s.draft_state.values,
+                fresh_draft.keys + fresh_draft.values,
+                strict=True,
+            ):
+                np.testing.assert_allclose(mine[b, : d_len[b]], ref[b, : d_len[b]], atol=1e-5)
+
+        # Feeding each row's last token to the rolled-back cache = the full pass at L - 1.
+        last = jnp.take_along_axis(s.seq.tokens, s.seq.lengths[:, None] - 1, axis=1)  # [b, 1]
+        logits, _ = _forward(TARGET, params, s.target_state, last, jnp.ones((4,), jnp.int32))
+        expected = np.take_along_axis(
+            np.asarray(fresh_logits), (seq_len - 1)[:, None, None], axis=1
+        )
+        np.testing.assert_allclose(np.asarray(logits), expected, atol=2e-5)
+    assert rejected_somewhere  # the check covered rolled-back drafts
+
+
+# -- recompilation -----------------------------------------------------------------------------
+
+
+def test_no_recompilation_for_new_prompts_in_bucket_or_new_budget(ar, spec, ar_result, spec_result):
+    decoder, draft_params = spec
+    params = target_params()
+    spec_programs = speculative._generate_jit._cache_size()
+    ar_programs = autoregressive._generate_jit._cache_size()
+    other_prompts = [  # same batch size and bucket, other lengths and tokens
+        np.array([3, 1, 4, 1, 5, 9, 2, 6]),
+        np.arange(16) % V,
+        np.array([2, 7]),
+        np.array([60, 61, 62]),
+    ]
+    for max_new in (3, 11, MAX_NEW - 1):
+        decoder.generate(params, draft_params, other_prompts, KEY, max_new, eos_id=5)
+        ar.generate(params, other_prompts, KEY, max_new)
+    assert speculative._generate_jit._cache_size() == spec_programs
+    assert autoregressive._generate_jit._cache_size() == ar_programs
+    # The counter does see new programs: a 17-token prompt falls into the 32-token bucket (shown
+    # with a bigram "target", which compiles in a fraction of the transformer's time).
+    cheap = autoregressive.AutoregressiveDecoder(NgramLM(V), SAMPLING, cache_len=CACHE_LEN)
+    bigram_params = drafts()["bigram"][1]
+    cheap.generate(bigram_params, [np.arange(16) % V], KEY, 5)
+    before = autoregressive._generate_jit._cache_size()
+    cheap.generate(bigram_params, [np.arange(15) % V], KEY, 7)
+    assert autoregressive._generate_jit._cache_size() == before
+    cheap.generate(bigram_params, [np.arange(17) % V], KEY, 5)
+    assert autoregressive._generate_jit._cache_size() == before + 1
+
+
+# -- EOS and token budgets ---------------------------------------------------------------------
+
+
+def _pick_eos(rows):
+    """A token some row emits early (so it stops) and some other row never emits."""
+    for position in range(1, 8):
+        for row in rows:
+            token = row[position]
+            if token not in row[:position] and any(token not in other for other in rows):
+                return token
+    raise AssertionError("no suitable EOS token in these continuations")
+
+
+def test_eos_stops_rows_independently(ar, spec, ar_result, spec_result):
+    decoder, draft_params = spec
+    params = target_params()
+    for result, run in (
+        (ar_result, lambda eos: ar.generate(params, list(PROMPTS), KEY, MAX_NEW, eos_id=eos)),
+        (
+            spec_result,
+            lambda eos: decoder.generate(
+                params, draft_params, list(PROMPTS), KEY, MAX_NEW, eos_id=eos
+            ),
+        ),
+    ):
+        rows = as_lists(result)
+        eos = _pick_eos(rows)
+        # Each row's randomness depends only on the iteration counter and its own tokens, so a
+        # row's output is the run without EOS cut after its first EOS; other rows are untouched.
+        expected = [r[: r.index(eos) + 1] if eos in r else r for r in rows]
+        assert any(len(e) < MAX_NEW for e in expected) and any(len(e) == MAX_NEW for e in expected)
+        stopped = run(eos)
+        assert as_lists(stopped) == expected
+        np.testing.assert_array_equal(stopped.stats.emitted, [len(e) for e in expected])
+
+
+def test_max_new_tokens_is_respected_exactly(ar, spec):
+    decoder, draft_params = spec
+    params = target_params()
+    for max_new in (1, 2, GAMMA + 1, 13):
+        a = ar.generate(params, list(PROMPTS), KEY, max_new)
+        b = decoder.generate(params, draft_params, list(PROMPTS), KEY, max_new)
+        for result in (a, b):
+            assert [len(r) for r in as_lists(result)] == [max_new] * len(PROMPTS)
+            np.testing.assert_array_equal(result.stats.emitted, [max_new] * len(PROMPTS))
+            # The output buffer past each row's end is untouched (zeros from the prompt padding).
+            tokens, lengths = jax.device_get((result.tokens, result.lengths))
+            for row, length in zip(tokens, lengths, strict=True):
+                assert not row[length:].any()
+    assert a.stats.iterations.max() == 13 and b.stats.iterations.max() < 13
+
+
+# -- bad inputs --------------------------------------------------------------------------------
+
+
+def test_bad_prompts_and_budgets_raise_naming_the_argument(ar, spec):
+    decoder, draft_params = spec
+    params = target_params()
+
+    def both(prompts, max_new=4):
+        yield lambda: ar.generate(params, prompts, KEY, max_new)
+        yield lambda: decoder.generate(params, draft_params, prompts, KEY, max_new)
+
+    cases = [
+        ([], 4, ValueError, "prompts is empty"),
+        ([np.array([1, 2]), np.array([], np.int32)], 4, ValueError, r"prompts\[1\] is empty"),
+        ([np.array([1.0, 2.0])], 4, TypeError, r"prompts\[0\] must hold integer"),
+        ([np.array([1, V])], 4, ValueError, r"prompts\[0\] has token ids in \[1, 64\]"),
+        ([np.array([-1, 3])], 4, ValueError, r"prompts\[0\] has token ids"),
+        (np.zeros((2, 3, 4), np.int32), 4, ValueError, r"prompts as an array must have shape"),
+        ([np.array([1, 2])], 0, ValueError, "max_new_tokens must be >= 1"),
+        ([np.array([1, 2])], -3, ValueError, "max_new_tokens must be >= 1"),
+        ([np.array([1, 2])], 2.5, TypeError, "max_new_tokens must be an integer"),
+        ([np.arange(40) % V], 4, ValueError, "exceeds cache_len=64"),
+        ([np.array([1, 2])], 60, ValueError, "max_new_tokens"),
+    ]
+    for prompts, max_new, error, match in cases:
+        for call in both(prompts, max_new):
+            with pytest.raises(error, match=match):
+                call()
+    # The speculative decoder reserves gamma positions of lookahead; the autoregressive does not.
+    ar.generate(params, list(PROMPTS), KEY, CACHE_LEN - 16)
+    with pytest.raises(ValueError, match=r"gamma lookahead \(4\)"):
+        decoder.generate(params, draft_params, list(PROMPTS), KEY, CACHE_LEN - 16)
+
+
+def test_bad_decoder_construction_raises():
+    with pytest.raises(ValueError, match="gamma must be an integer >= 1"):
+        SpeculativeDecoder(TARGET, SMALL_DRAFT, 0, SAMPLING)
+    with pytest.raises(ValueError, match="gamma must be an integer >= 1"):
+        SpeculativeDecoder(TARGET, SMALL_DRAFT, 2.0, SAMPLING)
+    with pytest.raises(ValueError, match="vocab mismatch"):
+        SpeculativeDecoder(TARGET, NgramLM(V + 1), 2, SAMPLING)
+    with pytest.raises(TypeError, match="warper"):
+        SpeculativeDecoder(TARGET, SMALL_DRAFT, 2, lambda x: x)
+    with pytest.raises(TypeError, match="warper"):
+        autoregressive.AutoregressiveDecoder(TARGET, "greedy")
+    with pytest.raises(ValueError, match="cache_len"):
+        autoregressive.AutoregressiveDecoder(TARGET, SAMPLING, cache_len=1)
+    with pytest.raises(ValueError, match="temperature"):
+        make_warper(temperature=-1.0)
+    # A cache longer than a learned-position table is caught when the decoder first runs.
+    short = TransformerLM(
+        TransformerConfig.gpt2(V, num_layers=1, embed_dim=16, num_heads=2, mlp_dim=16, max_len=32)
+    )
+    with pytest.raises(ValueError, match="max_len"):
+        autoregressive.AutoregressiveDecoder(short, SAMPLING, cache_len=64).generate(
+            {}, [np.array([1])], KEY, 2
+        )
+
+
+def test_nan_params_raise_from_check_finite_result(ar, spec):
+    decoder, draft_params = spec
+    params = target_params()
+    poisoned = jax.tree.map(lambda x: x, params)
+    poisoned["final_norm"] = dict(
+        params["final_norm"], scale=params["final_norm"]["scale"] * np.nan
+    )
+    with pytest.raises(ValueError, match="NaN"):
+        ar.generate(poisoned, list(PROMPTS), KEY, 3)
+    with pytest.raises(ValueError, match="NaN"):
+        decoder.generate(poisoned, draft_params, list(PROMPTS), KEY, 3)
+    # NaN in the draft alone is caught too (its q enters the acceptance rule).
+    with pytest.raises(ValueError, match="NaN"):
+        decoder.generate(params, poisoned, list(PROMPTS), KEY, 3)
