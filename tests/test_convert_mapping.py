@@ -12,9 +12,16 @@ import warnings
 import numpy as np
 import pytest
 
-from specjax.convert import check_vocab_match, config_from_hf, params_from_hf, read_tensors
+from specjax.convert import (
+    check_vocab_match,
+    config_from_hf,
+    params_from_hf,
+    read_tensors,
+    resize_vocab,
+)
 from specjax.models.config import RopeScaling
 from specjax.models.layers import rope_frequencies
+from specjax.models.transformer import TransformerLM
 
 GPT2 = {
     "model_type": "gpt2",
@@ -286,6 +293,52 @@ def test_vocab_size_mismatch_is_explained_without_tokenizers():
         check_vocab_match(128256, 32000, None, None)
     with pytest.warns(UserWarning, match="only vocab_size was checked"):
         check_vocab_match(100, 100, None, None)
+
+
+class _FakeTokenizer:
+    def __init__(self, strings):
+        self.strings = strings
+
+    def vocab(self):
+        return {s: i for i, s in enumerate(self.strings)}
+
+
+def test_padded_tables_around_one_tokenizer_pass_the_check():
+    words = [f"w{i}" for i in range(90)]
+    check_vocab_match(101, 96, _FakeTokenizer(words), _FakeTokenizer(words))  # no error
+    with pytest.raises(ValueError, match="tokenizer mismatch: 1 token ids.*id 89: target 'w89'"):
+        check_vocab_match(101, 101, _FakeTokenizer(words), _FakeTokenizer(words[:-1]))
+    with pytest.raises(ValueError, match="ids up to 89.*101 \\(target\\) and 80 \\(draft\\)"):
+        check_vocab_match(101, 80, _FakeTokenizer(words), _FakeTokenizer(words))
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_resize_vocab_pads_with_zeros_and_trims(tie):
+    hf = {**LLAMA, "tie_word_embeddings": tie}
+    tensors = _llama_tensors()
+    if tie:
+        del tensors["lm_head.weight"]
+    cfg, params = params_from_hf(hf, tensors)
+    model = TransformerLM(cfg)
+    big, big_params = resize_vocab(model, params, 7)
+    assert big.vocab_size == 7 and big.config.num_layers == 1
+    emb = np.asarray(big_params["embed"]["embedding"])  # [7, 8]
+    np.testing.assert_array_equal(emb[:5], params["embed"]["embedding"])
+    np.testing.assert_array_equal(emb[5:], 0)
+    if not tie:
+        kernel = np.asarray(big_params["head"]["kernel"])  # [8, 7]
+        np.testing.assert_array_equal(kernel[:, :5], params["head"]["kernel"])
+        np.testing.assert_array_equal(kernel[:, 5:], 0)
+    small, small_params = resize_vocab(model, params, 3)
+    np.testing.assert_array_equal(
+        small_params["embed"]["embedding"], params["embed"]["embedding"][:3]
+    )
+    # The resized params fit the resized model, and the added ids read as logit 0.
+    logits, _ = big.apply(big_params, big.init_state(1, 4), np.array([[1, 6]]), np.array([2]))
+    np.testing.assert_array_equal(np.asarray(logits)[0, :, 5:], 0)
+    assert small.apply(small_params, small.init_state(1, 4), np.array([[1]]), np.array([1]))[
+        0
+    ].shape == (1, 1, 3)
 
 
 def test_checkpoint_directory_errors(tmp_path):

@@ -13,6 +13,7 @@ from specjax.convert.hf import (
     load_hf_model,
     load_hf_pair,
     params_from_hf,
+    resize_vocab,
 )
 from specjax.convert.tokenizer import HFTokenizer, load_hf_tokenizer
 
@@ -28,4 +29,5 @@ __all__ = [
     "params_from_hf",
     "read_config",
     "read_tensors",
+    "resize_vocab",
 ]

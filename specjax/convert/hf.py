@@ -101,26 +101,28 @@ def check_vocab_match(
 ) -> None:
     """Raises ValueError unless a draft and a target share one tokenizer.
 
-    Speculative decoding compares token ids: id i must mean the same string to both models,
-    and both output layers must have the same number of rows. specjax does not translate
-    between vocabularies (Hugging Face's "universal assisted generation" re-tokenizes text
-    between different tokenizers; that is lossy in general and not implemented here).
+    Speculative decoding compares token ids: id i must mean the same string to both models.
+    specjax does not translate between vocabularies (Hugging Face's "universal assisted
+    generation" re-tokenizes text between different tokenizers; not implemented here).
+    Output layers of different sizes are accepted when both tokenizers are present, identical,
+    and fit in both (Qwen2.5 pads its tables to 151936 or 152064 rows around one tokenizer):
+    `load_hf_pair` then resizes the draft's table, which changes only the proposals.
 
     Args:
       target_vocab_size, draft_vocab_size: rows of each model's output layer.
       target_tokenizer, draft_tokenizer: the shipped tokenizers, or None (then only the sizes
         are checked, with a warning).
     """
-    if target_vocab_size != draft_vocab_size:
-        raise ValueError(
-            f"draft/target vocabulary mismatch: the target's output layer has "
-            f"{target_vocab_size} rows, the draft's {draft_vocab_size}. Speculative decoding "
-            "needs one shared tokenizer and equal vocab_size (pick a draft from the target's "
-            "family, e.g. Llama-3.2-1B for Llama-3.1-8B, or gpt2 for gpt2-xl); checkpoints "
-            "whose tokenizers agree but whose embedding tables are padded to different sizes "
-            "are not supported either"
-        )
     if target_tokenizer is None or draft_tokenizer is None:
+        if target_vocab_size != draft_vocab_size:
+            raise ValueError(
+                f"draft/target vocabulary mismatch: the target's output layer has "
+                f"{target_vocab_size} rows, the draft's {draft_vocab_size}, and without both "
+                "tokenizers (checkpoint tokenizer files plus `transformers` or `tokenizers`) "
+                "specjax cannot tell padded tables of one tokenizer from different tokenizers. "
+                "Speculative decoding needs one shared tokenizer: pick a draft from the "
+                "target's family (e.g. Llama-3.2-1B for Llama-3.1-8B, gpt2 for gpt2-xl)"
+            )
         warnings.warn(
             "cannot compare draft and target tokenizers (one is missing or no tokenizer "
             "package is installed); only vocab_size was checked",
@@ -139,9 +141,46 @@ def check_vocab_match(
         )
         raise ValueError(
             f"draft/target tokenizer mismatch: {len(differ)} token ids mean different strings "
-            f"({examples}). Both output layers have {target_vocab_size} rows, but drafted ids "
-            "would be scored as other tokens; use a draft trained with the target's tokenizer"
+            f"({examples}). Drafted ids would be scored as other tokens; speculative decoding "
+            "needs a draft trained with the target's tokenizer"
         )
+    largest = max(t_strings)
+    if largest >= min(target_vocab_size, draft_vocab_size):
+        raise ValueError(
+            f"the shared tokenizer has ids up to {largest}, but the output layers have "
+            f"{target_vocab_size} (target) and {draft_vocab_size} (draft) rows"
+        )
+
+
+def resize_vocab(model: TransformerLM, params: dict, vocab_size: int):
+    """A model whose embedding and head have `vocab_size` rows (zero rows added or cut).
+
+    For a draft only: the target's distribution is untouched and speculative sampling is
+    lossless for any proposal distribution, so extra zero rows (logit 0 for ids the tokenizer
+    never produces) or dropped padding rows change acceptance, never the output.
+
+    Args:
+      model: the draft.
+      params: its params.
+      vocab_size: the target's vocab_size.
+
+    Returns:
+      (TransformerLM, params) of the resized draft.
+    """
+    old = model.vocab_size
+
+    def fit(table, axis):  # table has `old` entries along `axis`
+        if vocab_size <= old:
+            return jax.lax.slice_in_dim(table, 0, vocab_size, axis=axis)
+        pad = [(0, 0)] * table.ndim
+        pad[axis] = (0, vocab_size - old)
+        return jnp.pad(table, pad)
+
+    params = dict(params)
+    params["embed"] = {"embedding": fit(params["embed"]["embedding"], 0)}  # [vocab, embed]
+    if "head" in params:
+        params["head"] = {"kernel": fit(params["head"]["kernel"], 1)}  # [embed, vocab]
+    return TransformerLM(dataclasses.replace(model.config, vocab_size=vocab_size)), params
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,8 +203,9 @@ class HFPair:
 def load_hf_pair(target_path, draft_path, dtype: str = "float32") -> HFPair:
     """Loads a target and a draft checkpoint after checking they share a tokenizer.
 
-    The vocabulary check runs on config.json and the tokenizer files before any weights are
-    read, so a mismatched pair fails fast.
+    The vocabulary check (`check_vocab_match`) runs on config.json and the tokenizer files
+    before any weights are read, so a mismatched pair fails fast. A draft whose table is padded
+    to another size around the same tokenizer is resized to the target's (`resize_vocab`).
 
     Args:
       target_path, draft_path: local checkpoint directories.
@@ -180,4 +220,6 @@ def load_hf_pair(target_path, draft_path, dtype: str = "float32") -> HFPair:
     check_vocab_match(t_cfg["vocab_size"], d_cfg["vocab_size"], t_tok, d_tok)
     target, t_params, _ = load_hf_model(target_path, dtype, tokenizer=False)
     draft, d_params, _ = load_hf_model(draft_path, dtype, tokenizer=False)
+    if draft.vocab_size != target.vocab_size:
+        draft, d_params = resize_vocab(draft, d_params, target.vocab_size)
     return HFPair(target, t_params, draft, d_params, t_tok)
