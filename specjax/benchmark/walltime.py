@@ -27,7 +27,8 @@ class WalltimeRow:
       ar_ms_per_token: autoregressive median ms per generated token (all rows).
       spec_ms_per_token: speculative median ms per generated token.
       speedup: ar / spec.
-      tokens_per_iteration: measured mean tokens emitted per row-iteration.
+      tokens_per_iteration: measured mean tokens per row-iteration as sampled (n + 1, before
+        the budget truncates a row's last iteration).
       alpha_empirical: acceptance events / acceptance trials in the speculative run.
       predicted_tokens_per_iteration: (1 - α^{γ+1}) / (1 - α) with the measured α.
       predicted_speedup_paper: the paper's formula with measured α and c.
@@ -113,7 +114,7 @@ def measure_walltime(
             ar_ms_per_token=ar_ms,
             spec_ms_per_token=spec_ms,
             speedup=ar_ms / spec_ms,
-            tokens_per_iteration=summary["tokens_per_iteration"],
+            tokens_per_iteration=summary["sampler_tokens_per_iteration"],
             alpha_empirical=alpha,
             acceptance_by_position=tuple(summary["acceptance_by_position"]),
             predicted_tokens_per_iteration=float(

@@ -156,6 +156,9 @@ class GenerationResult:
             accepted = int(s.accepted_at.sum())
             rejections = iterations - int(s.accepted_at[-1])
             out["alpha_empirical"] = accepted / max(accepted + rejections, 1)
+            # Tokens per iteration as the sampler produced them (n + 1), before EOS / budget
+            # truncation of a row's last iteration: what (1 - α^{γ+1}) / (1 - α) predicts.
+            out["sampler_tokens_per_iteration"] = 1.0 + accepted / max(iterations, 1)
         return out
 
 
