@@ -1,10 +1,11 @@
 """Shared statistical machinery for the losslessness tests (imported by tests/test_acceptance_*).
 
-A test case is a position-independent target p and a draft rule: the target's distribution is the
-same vector p at every position (a context-free "language model"), so the emitted stream of a
-lossless sampler is i.i.d. p, and the number of accepted drafts is a truncated geometric variable
-with per-position acceptance probability alpha. `sample_case` draws, for each of `num_samples`
-independent keys (vmap over keys, `lax.map` over chunks to bound memory, one jit per shape),
+A test case is a context-free target, a distribution p_t for each absolute position t of the
+stream that does not depend on the tokens before it (mostly the same vector at every position),
+and a draft rule. The stream a lossless sampler emits is then a sequence of independent draws of
+p_1, p_2, ..., and the number of accepted drafts a truncated run of independent acceptances.
+`sample_case` draws, for each of `num_samples` independent keys (vmap over keys, `lax.map` over
+chunks to bound memory, one jit per shape),
 
   * the first two tokens of the stream emitted by two consecutive calls of the sampler (the second
     call, with its own key and drafts, only matters for rows whose first call emitted one token);
@@ -44,39 +45,45 @@ AcceptFn = Callable[..., tuple[jax.Array, jax.Array]]
 
 
 def normalised(x) -> np.ndarray:
-    """float64 copy of `x` (any float dtype, bfloat16 included) divided by its sum."""
+    """float64 copy of `x` (any float dtype, bfloat16 included), last axis divided by its sum."""
     x = np.asarray(x).astype(np.float64)
-    return x / x.sum()
+    return x / x.sum(-1, keepdims=True)
 
 
 def draft_cdf(draft_dist) -> np.ndarray:
-    """float32 CDF for inverse-CDF sampling of draft tokens, ending at exactly 1.
+    """float32 CDF (last axis) for inverse-CDF sampling of draft tokens, ending at exactly 1.
 
     Built in float64 so that zero-probability tokens get an empty interval and are never drafted.
     """
-    cdf = np.cumsum(normalised(draft_dist))
-    cdf = (cdf / cdf[-1]).astype(np.float32)
-    cdf[-1] = 1.0
+    cdf = np.cumsum(normalised(draft_dist), axis=-1)
+    cdf = (cdf / cdf[..., -1:]).astype(np.float32)
+    cdf[..., -1] = 1.0
     return cdf
 
 
 def cdf_probs(cdf: np.ndarray) -> np.ndarray:
     """The distribution a float32 CDF really samples (u uniform in [0, 1)), in float64."""
-    return np.diff(np.concatenate([[0.0], cdf.astype(np.float64)]))
+    cdf = cdf.astype(np.float64)
+    return np.diff(cdf, axis=-1, prepend=0.0)
 
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One (p, draft) configuration.
+    """One (p, draft) configuration; positions are absolute positions of the emitted stream.
+
+    The first call drafts positions 1..gamma (rows 0..gamma-1) and verifies with target rows
+    0..gamma. The second call continues the stream after a single emitted token, so it covers
+    positions 2..gamma+1 (draft rows 1..gamma, target rows 1..gamma+1); a lossless sampler emits
+    a stream whose first two tokens are independent draws of p_1 and p_2.
 
     Attributes:
       name: test id.
-      target: [vocab] p exactly as passed to the sampler (float32 or bfloat16 numpy array); the
-        sampler must emit tokens distributed as `normalised(target)`.
-      draft_dist: [vocab] distribution the draft tokens are drawn from (i.i.d. per position).
-      draft_probs: [vocab] what the sampler is told the draft sampled from (float32/bfloat16), or
-        None for a deterministic draft (the sampler then assumes a point mass on each draft token).
-        For a correct stochastic draft this is `draft_dist` itself.
+      target: [gamma + 2, vocab] p per position, exactly as passed to the sampler (float32 or
+        bfloat16 numpy array); the emitted tokens must follow `normalised(target)`.
+      draft_dist: [gamma + 1, vocab] distribution each position's draft token is drawn from.
+      draft_probs: [gamma + 1, vocab] what the sampler is told the draft sampled from, or None for
+        a deterministic draft (the sampler then assumes a point mass on each draft token). For a
+        correct stochastic draft this is `draft_dist` itself.
       gamma: number of drafted tokens per call.
     """
 
@@ -86,32 +93,50 @@ class Case:
     draft_probs: np.ndarray | None
     gamma: int
 
+    def __post_init__(self):
+        g, v = self.gamma, self.vocab
+        assert self.target.shape == (g + 2, v), (self.name, self.target.shape)
+        assert self.draft_dist.shape == (g + 1, v), (self.name, self.draft_dist.shape)
+        assert self.draft_probs is None or self.draft_probs.shape == (g + 1, v), self.name
+
+    @classmethod
+    def iid(cls, name, target, draft_dist, draft_probs, gamma) -> Case:
+        """A case whose p, draft distribution and q are the same vector at every position."""
+        return cls(
+            name,
+            np.stack([target] * (gamma + 2)),
+            np.stack([draft_dist] * (gamma + 1)),
+            None if draft_probs is None else np.stack([draft_probs] * (gamma + 1)),
+            gamma,
+        )
+
     @property
     def vocab(self) -> int:
         return int(self.target.shape[-1])
 
     @property
     def p(self) -> np.ndarray:
-        """The target distribution the output must follow (float64)."""
+        """[gamma + 2, vocab] the target distributions the output must follow (float64)."""
         return normalised(self.target)
 
     @property
     def r(self) -> np.ndarray:
-        """The distribution draft tokens are really drawn from (float64, after float32 CDF)."""
+        """[gamma + 1, vocab] distributions draft tokens are really drawn from (float32 CDF)."""
         return cdf_probs(draft_cdf(self.draft_dist))
 
     @property
-    def alpha(self) -> float:
-        """Probability that a draft position is accepted, for the correct rule.
+    def alphas(self) -> np.ndarray:
+        """[gamma] probability that the first call accepts draft position i, given it is reached.
 
-        Stochastic draft: sum_x min(p(x), q(x)). Deterministic draft (point mass on x):
-        E_{x ~ r}[p(x)].
+        Stochastic draft: sum_x r(x) min(1, p(x) / q(x)) = sum_x min(p(x), q(x)) when r = q.
+        Deterministic draft (point mass on x): E_{x ~ r}[p(x)].
         """
+        p, r = self.p[: self.gamma], self.r[: self.gamma]
         if self.draft_probs is None:
-            return float(np.sum(self.r * self.p))
-        q = normalised(self.draft_probs)
-        ratio = np.where(q > 0, np.minimum(1.0, self.p / np.where(q > 0, q, 1.0)), 1.0)
-        return float(np.sum(self.r * ratio))
+            return np.sum(r * p, axis=-1)
+        q = normalised(self.draft_probs[: self.gamma])
+        ratio = np.where(q > 0, np.minimum(1.0, p / np.where(q > 0, q, 1.0)), 1.0)
+        return np.sum(r * ratio, axis=-1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,49 +146,54 @@ class Samples:
     Attributes:
       pairs: int [num_samples, 2] first two tokens of the emitted stream.
       num_accepted: int [num_samples] drafts accepted by the first call.
+      last: int [num_samples] the first call's token at position gamma + 1 (the bonus token where
+        num_accepted == gamma, the fill value elsewhere).
     """
 
     pairs: np.ndarray
     num_accepted: np.ndarray
+    last: np.ndarray
 
 
-@functools.partial(
-    jax.jit, static_argnames=("accept_fn", "gamma", "deterministic", "num_chunks", "chunk")
-)
-def _sample(key, target, draft_probs, cdf, *, accept_fn, gamma, deterministic, num_chunks, chunk):
-    vocab = target.shape[-1]
-    p_rows = jnp.broadcast_to(target, (1, gamma + 1, vocab))  # [1, gamma + 1, vocab]
-    q_rows = None if deterministic else jnp.broadcast_to(draft_probs, (1, gamma, vocab))
+@functools.partial(jax.jit, static_argnames=("accept_fn", "deterministic", "num_chunks", "chunk"))
+def _sample(key, target, draft_probs, cdf, *, accept_fn, deterministic, num_chunks, chunk):
+    gamma = cdf.shape[0] - 1
+    # Call 1 covers positions 1..gamma (+ bonus), call 2 positions 2..gamma + 1 (+ bonus).
+    p_rows = (target[None, : gamma + 1], target[None, 1:])  # 2 x [1, gamma + 1, vocab]
+    q_rows = (None, None) if deterministic else (draft_probs[None, :gamma], draft_probs[None, 1:])
+    cdf_rows = (cdf[:gamma], cdf[1:])  # 2 x [gamma, vocab]
 
-    def draft(key):
+    def draft(key, cdf):
         u = jax.random.uniform(key, (1, gamma))  # [1, gamma]
         # Inverse CDF: the number of CDF entries <= u is the drafted token.
         return jnp.sum(u[..., None] >= cdf, axis=-1).astype(jnp.int32)  # [1, gamma]
 
     def one(key):
         k_draft1, k_accept1, k_draft2, k_accept2 = jax.random.split(key, 4)
-        tokens1, n1 = accept_fn(k_accept1, draft(k_draft1), q_rows, p_rows)
-        tokens2, _ = accept_fn(k_accept2, draft(k_draft2), q_rows, p_rows)
-        # tokens1[0, :n1 + 1] are emitted; the stream continues with the second call's output.
+        tokens1, n1 = accept_fn(k_accept1, draft(k_draft1, cdf_rows[0]), q_rows[0], p_rows[0])
+        tokens2, _ = accept_fn(k_accept2, draft(k_draft2, cdf_rows[1]), q_rows[1], p_rows[1])
+        # tokens1[0, :n1 + 1] are emitted; if that is one token, the stream continues with the
+        # second call, which starts at position 2.
         second = jnp.where(n1[0] >= 1, tokens1[0, 1], tokens2[0, 0])
-        return jnp.stack([tokens1[0, 0], second]), n1[0]
+        return jnp.stack([tokens1[0, 0], second]), n1[0], tokens1[0, gamma]
 
     def run_chunk(key):
         return jax.vmap(one)(jax.random.split(key, chunk))
 
-    pairs, n = jax.lax.map(run_chunk, jax.random.split(key, num_chunks))
-    return pairs.reshape(-1, 2), n.reshape(-1)  # [num_samples, 2], [num_samples]
+    pairs, n, last = jax.lax.map(run_chunk, jax.random.split(key, num_chunks))
+    return pairs.reshape(-1, 2), n.reshape(-1), last.reshape(-1)  # [N, 2], [N], [N]
 
 
 def sample_case(
     case: Case, accept_fn: AcceptFn, seed: int, num_samples: int = NUM_SAMPLES
 ) -> Samples:
-    """Runs `accept_fn` (speculative_accept's signature) on `num_samples` independent keys.
+    """Runs two consecutive calls of `accept_fn` on `num_samples` independent keys.
 
     Args:
       case: the configuration.
-      accept_fn: (key, draft_tokens [1, gamma], draft_probs [1, gamma, vocab] | None,
-        target_probs [1, gamma + 1, vocab]) -> (tokens [1, gamma + 1], num_accepted [1]).
+      accept_fn: speculative_accept's signature: (key, draft_tokens [1, gamma], draft_probs
+        [1, gamma, vocab] | None, target_probs [1, gamma + 1, vocab]) -> (tokens
+        [1, gamma + 1], num_accepted [1]).
       seed: fixed seed of the PRNG key.
       num_samples: a multiple of CHUNK.
 
@@ -173,18 +203,17 @@ def sample_case(
     if num_samples % CHUNK:
         raise ValueError(f"num_samples must be a multiple of {CHUNK}; got {num_samples}")
     draft_probs = case.draft_probs if case.draft_probs is not None else case.target[:0]
-    pairs, n = _sample(
+    pairs, n, last = _sample(
         jax.random.key(seed),
         jnp.asarray(case.target),
         jnp.asarray(draft_probs),
         jnp.asarray(draft_cdf(case.draft_dist)),
         accept_fn=accept_fn,
-        gamma=case.gamma,
         deterministic=case.draft_probs is None,
         num_chunks=num_samples // CHUNK,
         chunk=CHUNK,
     )
-    return Samples(np.asarray(pairs), np.asarray(n))
+    return Samples(np.asarray(pairs), np.asarray(n), np.asarray(last))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,24 +273,31 @@ def pooled_chi2(counts: np.ndarray, probs: np.ndarray) -> Chi2:
 
 def binomial_pvalue(successes: int, trials: int, prob: float) -> float:
     """Exact two-sided binomial test; a degenerate prob (0 or 1) must be matched exactly."""
+    if trials == 0:
+        return 1.0
     if prob in (0.0, 1.0):
         return 1.0 if successes == round(prob * trials) else 0.0
     return float(stats.binomtest(int(successes), int(trials), prob).pvalue)
 
 
-def num_accepted_pmf(alpha: float, gamma: int) -> np.ndarray:
-    """[gamma + 1] P(n = k) for i.i.d. acceptances of probability alpha, truncated at gamma."""
-    k = np.arange(gamma + 1)
-    return np.where(k < gamma, alpha**k * (1.0 - alpha), alpha**gamma)
+def num_accepted_pmf(alphas) -> np.ndarray:
+    """[gamma + 1] P(n = k) for independent acceptances of probabilities alphas[0..gamma-1].
+
+    P(n = k) = alphas[0] ... alphas[k-1] (1 - alphas[k]), and the product of all for k = gamma.
+    """
+    alphas = np.asarray(alphas, np.float64)
+    reach = np.concatenate([[1.0], np.cumprod(alphas)])  # P(n >= k), k = 0..gamma
+    return reach * np.concatenate([1.0 - alphas, [1.0]])
 
 
-def emitted_length_moments(alpha: float, gamma: int) -> tuple[float, float]:
+def emitted_length_moments(alphas) -> tuple[float, float]:
     """Mean and variance of the tokens emitted per call, n + 1.
 
-    The mean equals (1 - alpha^(gamma + 1)) / (1 - alpha) (Leviathan et al. 2023, eq. 1).
+    For equal alphas the mean is (1 - alpha^(gamma + 1)) / (1 - alpha) (Leviathan et al. 2023,
+    eq. 1).
     """
-    pmf = num_accepted_pmf(alpha, gamma)
-    length = np.arange(gamma + 1) + 1.0
+    pmf = num_accepted_pmf(alphas)
+    length = np.arange(len(pmf)) + 1.0
     mean = float(np.sum(pmf * length))
     return mean, float(np.sum(pmf * (length - mean) ** 2))
 
@@ -275,16 +311,28 @@ def mean_pvalue(values: np.ndarray, mean: float, variance: float) -> float:
 
 
 def first_token_chi2(case: Case, samples: Samples) -> Chi2:
-    """Chi-square of the first emitted token against p (after the zero-probability check)."""
+    """Chi-square of the first emitted token against p_1 (after the zero-probability check)."""
     counts = np.bincount(samples.pairs[:, 0], minlength=case.vocab)
-    assert_impossible_never_drawn(counts, case.p, f"{case.name} first token")
-    return pooled_chi2(counts, case.p)
+    assert_impossible_never_drawn(counts, case.p[0], f"{case.name} first token")
+    return pooled_chi2(counts, case.p[0])
 
 
 def first_two_chi2(case: Case, samples: Samples) -> Chi2:
-    """Chi-square of the first two emitted tokens against p (x) p."""
+    """Chi-square of the first two emitted tokens against p_1 (x) p_2."""
     v = case.vocab
     counts = np.bincount(samples.pairs[:, 0] * v + samples.pairs[:, 1], minlength=v * v)
-    joint = np.outer(case.p, case.p).ravel()
+    joint = np.outer(case.p[0], case.p[1]).ravel()
     assert_impossible_never_drawn(counts, joint, f"{case.name} first two tokens")
     return pooled_chi2(counts, joint)
+
+
+def bonus_chi2(case: Case, samples: Samples) -> Chi2:
+    """Chi-square of the bonus token, among rows that accepted all drafts, against p_{gamma+1}.
+
+    Given that every draft was accepted, Algorithm 1 draws the bonus token afresh from the target
+    at position gamma + 1; a stream test of two tokens only sees it when gamma = 1.
+    """
+    bonus = samples.last[samples.num_accepted == case.gamma]
+    counts = np.bincount(bonus, minlength=case.vocab)
+    assert_impossible_never_drawn(counts, case.p[case.gamma], f"{case.name} bonus token")
+    return pooled_chi2(counts, case.p[case.gamma])

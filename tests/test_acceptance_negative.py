@@ -40,15 +40,15 @@ DETECTION_PVALUE = 1e-12
 # token of the stream when the draft is accepted). alpha = sum min(p, q) = 0.62.
 P8 = np.array([0.30, 0.20, 0.15, 0.10, 0.10, 0.08, 0.05, 0.02], np.float32)
 Q8 = np.array([0.10, 0.30, 0.05, 0.25, 0.05, 0.05, 0.10, 0.10], np.float32)
-STOCHASTIC = Case("stochastic_v8_g1", P8, Q8, Q8, 1)
+STOCHASTIC = Case.iid("stochastic_v8_g1", P8, Q8, Q8, 1)
 # KerasHub's configuration: the draft proposes argmax q = token 1 deterministically, but the
 # sampler is handed the softmax q as if the draft had sampled from it.
-ARGMAX_WITH_SOFTMAX_Q = Case("argmax_draft_softmax_q_v8_g1", P8, np.eye(8)[1], Q8, 1)
-ARGMAX = Case("argmax_draft_v8_g1", P8, np.eye(8)[1], None, 1)
+ARGMAX_WITH_SOFTMAX_Q = Case.iid("argmax_draft_softmax_q_v8_g1", P8, np.eye(8)[1], Q8, 1)
+ARGMAX = Case.iid("argmax_draft_v8_g1", P8, np.eye(8)[1], None, 1)
 # bfloat16 rows that do not sum to 1 (see test_acceptance_stats.py, case bf16_tiny_q_v4_g1).
 P4_BF16 = np.array([0.705, 0.2219, 0.0494, 0.0236]).astype(jnp.bfloat16)
 Q4_BF16 = np.array([0.6943, 0.2141, 0.0916, 2.29e-5]).astype(jnp.bfloat16)
-BF16 = Case("bf16_tiny_q_v4_g1", P4_BF16, Q4_BF16, Q4_BF16, 1)
+BF16 = Case.iid("bf16_tiny_q_v4_g1", P4_BF16, Q4_BF16, Q4_BF16, 1)
 
 BUGS = (
     "unnormalised_residual",
