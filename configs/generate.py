@@ -1,0 +1,160 @@
+r"""Generate mode: speculative and autoregressive decoding of text prompts, side by side.
+
+Paper: Leviathan, Kalman & Matias 2023, "Fast Inference from Transformers via Speculative
+Decoding", https://arxiv.org/abs/2211.17192 (Algorithms 1-2: the decoding loop and its
+acceptance rule).
+
+Launch (from the repository root; CPU):
+
+    python -m experiments.main --config=configs/generate.py --workdir=runs/generate
+    python -m experiments.main --config=configs/generate.py:draft=bigram,gamma=4,temperature=0
+    python -m experiments.main --config=configs/generate.py:tiny,draft=self --workdir=/tmp/gen
+
+Runtime on our 2-core CPU (AMD EPYC, jax 0.10.2): the default (target d=512/8 layers, draft
+d=128/2 layers, 3 prompts x 64 new tokens, 3 timed repeats) takes about a minute, most of it
+compilation; `tiny` takes about 10 s. Models are randomly initialised until checkpoints are given
+(`target_checkpoint`, `draft_checkpoint`), so the text is noise and a transformer draft's
+acceptance rate is near 0; `draft=self` (α = 1) and `draft=bigram` show the mechanics.
+
+Prints each prompt's continuations and the statistics (empirical α, tokens per iteration, target
+calls, ms per token of both decoders, speedup) and writes them to <workdir>/generate.json.
+
+String options after the colon (comma-separated, big_vision style):
+    draft=KIND           transformer | bigram | unigram | uniform | prompt_lookup | self | none
+                         (none: autoregressive only)
+    gamma=4              drafted tokens per iteration
+    temperature=0        0 = greedy (then speculative output must equal autoregressive output)
+    top_k=40             0 disables
+    top_p=0.95           1 disables
+    max_new_tokens=64
+    seed=0
+    target_family=llama  gpt2 | llama (the draft follows with draft_family=)
+    tiny                 laptop-size models, short outputs (tests and Colab)
+Any field can also be set with `--config.<field>=...` flags.
+"""
+
+import ml_collections
+from ml_collections import config_dict
+
+DRAFT_KINDS = ("transformer", "bigram", "unigram", "uniform", "prompt_lookup", "self", "none")
+
+_INT_OPTIONS = ("gamma", "top_k", "max_new_tokens", "seed")
+_FLOAT_OPTIONS = ("temperature", "top_p")
+_STR_OPTIONS = ("draft", "target_family", "draft_family")
+_SWITCHES = ("tiny",)
+
+
+def _parse_arg(arg: str | None) -> dict:
+    """Parses "k=v,k2=v2,switch" into a dict (switches map to True)."""
+    options = {}
+    for item in (arg or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep:
+            if key not in _SWITCHES:
+                raise ValueError(f"Unknown config switch {key!r}; switches: {list(_SWITCHES)}")
+            options[key] = True
+        elif key in _INT_OPTIONS:
+            options[key] = int(value)
+        elif key in _FLOAT_OPTIONS:
+            options[key] = float(value)
+        elif key in _STR_OPTIONS:
+            options[key] = value
+        else:
+            known = sorted((*_INT_OPTIONS, *_FLOAT_OPTIONS, *_STR_OPTIONS))
+            raise ValueError(f"Unknown config option {key!r}; options: {known}")
+    if "draft" in options and options["draft"] not in DRAFT_KINDS:
+        raise ValueError(f"draft={options['draft']!r} is not one of {list(DRAFT_KINDS)}")
+    return options
+
+
+def _model(family, num_layers, num_heads, embed_dim, mlp_dim, max_len):
+    """A model's fields; `family` picks the GPT-2 or Llama defaults of TransformerConfig."""
+    return ml_collections.ConfigDict(
+        dict(
+            family=family,
+            num_layers=num_layers,
+            num_heads=num_heads,
+            embed_dim=embed_dim,
+            mlp_dim=mlp_dim,
+            max_len=max_len,
+        )
+    )
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    """Returns the generate-mode config; `arg` holds the string options of the module docstring."""
+    options = _parse_arg(arg)
+    tiny = options.get("tiny", False)
+    config = ml_collections.ConfigDict()
+
+    config.mode = "generate"
+    # Seeds the random initialisation of untrained models and the sampling key.
+    config.seed = 0
+
+    # Target: "model A" of the perf notes (GPT-2 style, d=512, 8 layers, 25.6M params). The
+    # vocabulary is the byte tokenizer's (259), set by the mode.
+    config.target = _model("gpt2", 8, 8, 512, 2048, 512)
+    # A checkpoint to load the target from (None: random initialisation). A placeholder, so
+    # `--config.target_checkpoint=PATH` parses as a string.
+    config.target_checkpoint = config_dict.placeholder(str)
+
+    # What proposes tokens: one of DRAFT_KINDS.
+    config.draft_kind = "transformer"
+    # Transformer draft ("draft S": d=128, 2 layers, 0.5M params).
+    config.draft = _model("gpt2", 2, 4, 128, 512, 512)
+    # A checkpoint to load the transformer draft from (None: random initialisation).
+    config.draft_checkpoint = config_dict.placeholder(str)
+    # Unigram/bigram drafts are fitted on the first `max_tokens` tokens of a corpus split.
+    config.ngram = ml_collections.ConfigDict(
+        dict(corpus="python", split="train", max_tokens=1_000_000, smoothing=0.1)
+    )
+    # Prompt-lookup draft: longest and shortest suffix n-gram searched in the context.
+    config.prompt_lookup = ml_collections.ConfigDict(dict(max_ngram=3, min_ngram=1))
+
+    # Drafted tokens per iteration.
+    config.gamma = 4
+    # Sampling warper, shared by target and draft: temperature 0 is greedy.
+    config.temperature = 0.0
+    # Top-k filter (0 disables).
+    config.top_k = 0
+    # Nucleus filter (1 disables).
+    config.top_p = 1.0
+
+    # New tokens per prompt (a row stops earlier if it emits EOS).
+    config.max_new_tokens = 64
+    # Positions per row in the KV caches (prompt bucket + max_new_tokens + gamma must fit).
+    config.cache_len = 256
+    # Smallest padded prompt width (prompts are bucketed to powers of two above it).
+    config.min_bucket = 16
+    # Text prompts, byte-tokenized; each is prefixed with BOS like the corpora's documents.
+    config.prompts = [
+        "def fibonacci(n):\n",
+        "import os\nimport sys\n\n",
+        "class Stack:\n    def __init__(self):\n        self.items = []\n",
+    ]
+    # Timed repeats of each decoder after a warm-up call (medians are reported).
+    config.timing_repeats = 3
+
+    if tiny:
+        config.target = _model("gpt2", 2, 4, 64, 128, 128)
+        config.draft = _model("gpt2", 1, 2, 32, 64, 128)
+        config.ngram.max_tokens = 20_000
+        config.max_new_tokens = 16
+        config.cache_len = 64
+        config.prompts = ["def f(x):\n", "import os\n"]
+        config.timing_repeats = 1
+
+    if "draft" in options:
+        config.draft_kind = options["draft"]
+    if "target_family" in options:
+        config.target.family = options["target_family"]
+    if "draft_family" in options:
+        config.draft.family = options["draft_family"]
+    for key in ("gamma", "top_k", "max_new_tokens", "seed", "temperature", "top_p"):
+        if key in options:
+            config[key] = options[key]
+    return config

@@ -1,0 +1,274 @@
+"""Generate mode: decode text prompts autoregressively and speculatively, report both side by side.
+
+Builds the target and the draft from the config (random initialisation unless a checkpoint is
+given; n-gram drafts are fitted on a corpus split), encodes the prompts with the byte tokenizer,
+runs both decoders with the same warper and key, and prints each continuation plus the statistics
+(empirical α, tokens per iteration, target calls, ms per token, speedup). Everything printed is
+also written to `<workdir>/generate.json`. See configs/generate.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import jax
+import numpy as np
+from absl import logging
+
+from specjax.benchmark.timing import interleaved
+from specjax.data import EOS_ID, ByteTokenizer, load_corpus
+from specjax.decoding.autoregressive import AutoregressiveDecoder
+from specjax.decoding.sampling import make_warper
+from specjax.decoding.speculative import SpeculativeDecoder
+from specjax.models import (
+    NgramLM,
+    PromptLookupLM,
+    TransformerConfig,
+    TransformerLM,
+    UniformLM,
+    fit_ngram,
+)
+
+DRAFT_KINDS = ("transformer", "bigram", "unigram", "uniform", "prompt_lookup", "self", "none")
+FAMILIES = ("gpt2", "llama")
+
+
+def model_config(fields, vocab_size: int, name: str) -> TransformerConfig:
+    """Builds a TransformerConfig from a config section.
+
+    Args:
+      fields: mapping with "family" ("gpt2" or "llama") and TransformerConfig fields.
+      vocab_size: the tokenizer's vocabulary size.
+      name: the section's name for error messages ("config.target").
+
+    Returns:
+      The frozen model config.
+    """
+    fields = dict(fields)
+    family = fields.pop("family", "gpt2")
+    if family not in FAMILIES:
+        raise ValueError(f"{name}.family must be one of {FAMILIES}, got {family!r}")
+    make = TransformerConfig.gpt2 if family == "gpt2" else TransformerConfig.llama
+    return make(vocab_size, **fields)
+
+
+def load_or_init(fields, checkpoint: str | None, vocab_size: int, key, name: str):
+    """A transformer and its parameters: from `checkpoint` if given, else randomly initialised.
+
+    Args:
+      fields: the model's config section (ignored when a checkpoint is loaded: the checkpoint
+        carries its own model config).
+      checkpoint: a path, or None.
+      vocab_size: the tokenizer's vocabulary; a loaded model must match it.
+      key: PRNG key for random initialisation.
+      name: "target" or "draft", for error messages.
+
+    Returns:
+      (TransformerLM, params).
+    """
+    if checkpoint is None:
+        model = TransformerLM(model_config(fields, vocab_size, f"config.{name}"))
+        # Jitted: one compiled program instead of one small eager dispatch per parameter.
+        return model, jax.jit(model.init_params)(key)
+    if not os.path.exists(checkpoint):
+        raise FileNotFoundError(
+            f"config.{name}_checkpoint={checkpoint!r} does not exist; give a training run's "
+            "workdir, a checkpoint directory or an exported model, or leave it None for random "
+            "weights"
+        )
+    try:
+        from specjax import checkpoint as checkpoint_lib
+    except ImportError as e:  # the training issue adds specjax/checkpoint.py
+        raise ValueError(
+            f"config.{name}_checkpoint is set, but this checkout has no checkpoint loader "
+            f"(specjax.checkpoint): {e}"
+        ) from e
+    model, params, _ = checkpoint_lib.load_model(checkpoint)
+    if model.vocab_size != vocab_size:
+        raise ValueError(
+            f"config.{name}_checkpoint={checkpoint!r} holds a model with vocab_size="
+            f"{model.vocab_size}, but the byte tokenizer has {vocab_size}"
+        )
+    return model, params
+
+
+def build_draft(config, target, target_params, vocab_size: int, key):
+    """The draft model and its parameters for `config.draft_kind` (None for "none").
+
+    Returns:
+      (model, params) or None.
+    """
+    kind = config.draft_kind
+    if kind == "none":
+        return None
+    if kind == "self":
+        return target, target_params
+    if kind == "transformer":
+        return load_or_init(config.draft, config.draft_checkpoint, vocab_size, key, "draft")
+    if kind in ("bigram", "unigram"):
+        ngram = config.ngram
+        if ngram.max_tokens < 2:
+            raise ValueError(f"config.ngram.max_tokens must be >= 2, got {ngram.max_tokens}")
+        tokens = load_corpus(ngram.corpus, ngram.split)[: ngram.max_tokens]
+        order = 2 if kind == "bigram" else 1
+        params = fit_ngram(tokens, vocab_size, order, smoothing=ngram.smoothing)
+        return NgramLM(vocab_size, order), params
+    if kind == "uniform":
+        return UniformLM(vocab_size), {}
+    if kind == "prompt_lookup":
+        lookup = config.prompt_lookup
+        return PromptLookupLM(vocab_size, lookup.max_ngram, lookup.min_ngram), {}
+    raise ValueError(f"config.draft_kind must be one of {DRAFT_KINDS}, got {kind!r}")
+
+
+def _check_config(config) -> None:
+    if config.draft_kind not in DRAFT_KINDS:
+        raise ValueError(
+            f"config.draft_kind must be one of {DRAFT_KINDS}, got {config.draft_kind!r}"
+        )
+    prompts = list(config.prompts)
+    if not prompts or not all(isinstance(p, str) and p for p in prompts):
+        raise ValueError(
+            f"config.prompts must be a non-empty list of non-empty strings; got {prompts!r}"
+        )
+    repeats = config.timing_repeats
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"config.timing_repeats must be an integer >= 1, got {repeats!r}")
+
+
+def _decoder_report(result, tokenizer, first_call_s: float, median_s: float) -> dict:
+    new = result.new_tokens()
+    emitted = int(sum(len(row) for row in new))
+    report = {
+        "continuations": [tokenizer.decode(row, stop_at_eos=True) for row in new],
+        "new_tokens": [row.tolist() for row in new],
+        "first_call_s": first_call_s,
+        "median_s": median_s,
+        "ms_per_token": median_s * 1e3 / max(emitted, 1),
+        "stats": result.summary(),
+    }
+    return report
+
+
+def _describe(model) -> str:
+    if isinstance(model, TransformerLM):
+        c = model.config
+        family = "gpt2" if c.positions == "learned" else "llama"
+        return f"{family} d={c.embed_dim} L={c.num_layers} ({c.num_params() / 1e6:.1f}M params)"
+    return type(model).__name__
+
+
+def format_report(result: dict) -> str:
+    """Renders the result dict as terminal text."""
+    ar, spec = result["autoregressive"], result["speculative"]
+    out = [
+        f"Generate: target {result['target']}; draft {result['draft']}; gamma={result['gamma']}; "
+        f"{result['warper']}; up to {result['max_new_tokens']} new tokens",
+        "",
+    ]
+    for i, prompt in enumerate(result["prompts"]):
+        out.append(f"[{i}] prompt:         {prompt!r}")
+        out.append(f"    autoregressive: {ar['continuations'][i]!r}")
+        if spec is not None:
+            out.append(f"    speculative:    {spec['continuations'][i]!r}")
+    out += [
+        "",
+        "decoder          ms/token  first call (s)  target calls  tokens/iter  alpha",
+        f"autoregressive  {ar['ms_per_token']:9.3f}  {ar['first_call_s']:14.2f}  "
+        f"{ar['stats']['target_calls']:12d}  {ar['stats']['tokens_per_iteration']:11.3f}      -",
+    ]
+    if spec is not None:
+        s = spec["stats"]
+        out.append(
+            f"speculative     {spec['ms_per_token']:9.3f}  {spec['first_call_s']:14.2f}  "
+            f"{s['target_calls']:12d}  {s['tokens_per_iteration']:11.3f}  "
+            f"{s['alpha_empirical']:.3f}"
+        )
+        by_position = ", ".join(f"{a:.3f}" for a in s["acceptance_by_position"])
+        out += [
+            "",
+            f"speedup (AR ms/token / speculative ms/token): {result['speedup']:.3f}x",
+            f"acceptance rate by draft position: [{by_position}]",
+        ]
+        if result["greedy_identical"] is not None:
+            out.append(f"greedy outputs identical: {result['greedy_identical']}")
+    return "\n".join(out)
+
+
+def run(config, workdir: str) -> dict:
+    """Generate mode entry point: prints the report and writes generate.json.
+
+    Args:
+      config: the ConfigDict of configs/generate.py.
+      workdir: output directory.
+
+    Returns:
+      The result dict that was written to generate.json.
+    """
+    _check_config(config)
+    tokenizer = ByteTokenizer()
+    vocab = tokenizer.vocab_size
+    key_target, key_draft, key_sample = jax.random.split(jax.random.PRNGKey(config.seed), 3)
+    target, target_params = load_or_init(
+        config.target, config.target_checkpoint, vocab, key_target, "target"
+    )
+    draft = build_draft(config, target, target_params, vocab, key_draft)
+    warper = make_warper(config.temperature, config.top_k or None, config.top_p)
+    prompts = [tokenizer.encode(p, add_bos=True).astype(np.int32) for p in config.prompts]
+
+    ar = AutoregressiveDecoder(target, warper, config.cache_len, config.min_bucket)
+    calls = {
+        "ar": lambda: ar.generate(target_params, prompts, key_sample, config.max_new_tokens, EOS_ID)
+    }
+    if draft is not None:
+        draft_model, draft_params = draft
+        spec = SpeculativeDecoder(
+            target, draft_model, config.gamma, warper, config.cache_len, config.min_bucket
+        )
+        calls["spec"] = lambda: spec.generate(
+            target_params, draft_params, prompts, key_sample, config.max_new_tokens, EOS_ID
+        )
+
+    # The first call compiles; it is timed on its own, then the decoders are timed round-robin
+    # (drift on a shared CPU hits both alike) and medians are reported.
+    results, first_call = {}, {}
+    for name, call in calls.items():
+        start = time.perf_counter()
+        results[name] = jax.block_until_ready(call())
+        first_call[name] = time.perf_counter() - start
+        logging.info("%s: first call (compile + run) %.2f s", name, first_call[name])
+    timings = interleaved(calls, repeats=config.timing_repeats, warmup=0)
+
+    reports = {
+        name: _decoder_report(results[name], tokenizer, first_call[name], timings[name].median)
+        for name in calls
+    }
+    spec_report = reports.get("spec")
+    identical = None
+    if spec_report is not None and warper.is_greedy:
+        identical = spec_report["new_tokens"] == reports["ar"]["new_tokens"]
+    result = {
+        "paper": "Leviathan, Kalman & Matias 2023, arXiv:2211.17192",
+        "target": _describe(target),
+        "draft": "none (autoregressive only)"
+        if draft is None
+        else f"{config.draft_kind}: {_describe(draft[0])}",
+        "gamma": int(config.gamma),
+        "warper": "greedy" if warper.is_greedy else repr(warper.warpers),
+        "max_new_tokens": int(config.max_new_tokens),
+        "prompts": list(config.prompts),
+        "autoregressive": reports["ar"],
+        "speculative": spec_report,
+        "speedup": None
+        if spec_report is None
+        else reports["ar"]["ms_per_token"] / spec_report["ms_per_token"],
+        "greedy_identical": identical,
+    }
+    print(format_report(result), flush=True)
+    path = os.path.join(workdir, "generate.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"config": config.to_dict(), **result}, f, indent=1)
+    logging.info("Wrote %s", path)
+    return result

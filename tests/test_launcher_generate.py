@@ -1,0 +1,126 @@
+"""Tests for the generate launcher mode and its config."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from configs import generate as generate_config
+from experiments import generate as generate_mode
+from specjax.data import EOS_ID, ByteTokenizer
+
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _check_decoder_report(report, prompts, max_new):
+    tokenizer = ByteTokenizer()
+    assert len(report["new_tokens"]) == len(prompts)
+    for tokens, text in zip(report["new_tokens"], report["continuations"], strict=True):
+        assert 1 <= len(tokens) <= max_new
+        # A row is cut short only by EOS, which is then its last token.
+        assert len(tokens) == max_new or tokens[-1] == EOS_ID
+        assert text == tokenizer.decode(np.array(tokens), stop_at_eos=True)
+    assert report["stats"]["tokens_emitted"] == sum(len(t) for t in report["new_tokens"])
+    assert report["ms_per_token"] > 0 and report["first_call_s"] >= report["median_s"] > 0
+
+
+def test_run_in_process_bigram_draft_greedy(tmp_path, capsys):
+    config = generate_config.get_config("tiny,draft=bigram")
+    result = generate_mode.run(config, str(tmp_path))
+    printed = capsys.readouterr().out
+    assert "autoregressive:" in printed and "speculative:" in printed and "speedup" in printed
+
+    with open(tmp_path / "generate.json", encoding="utf-8") as f:
+        saved = json.load(f)
+    assert saved["config"]["draft_kind"] == "bigram"
+    assert saved["greedy_identical"] is True  # lossless: greedy outputs are identical
+    for name in ("autoregressive", "speculative"):
+        _check_decoder_report(saved[name], config.prompts, config.max_new_tokens)
+    spec = saved["speculative"]["stats"]
+    assert spec["draft_calls"] == config.gamma * spec["target_calls"]
+    assert 0.0 <= spec["alpha_empirical"] <= 1.0
+    assert saved["speedup"] == pytest.approx(
+        saved["autoregressive"]["ms_per_token"] / saved["speculative"]["ms_per_token"]
+    )
+    assert result["speculative"]["new_tokens"] == saved["speculative"]["new_tokens"]
+
+
+def test_run_in_process_autoregressive_only(tmp_path):
+    result = generate_mode.run(generate_config.get_config("tiny,draft=none"), str(tmp_path))
+    assert result["speculative"] is None and result["speedup"] is None
+    assert result["greedy_identical"] is None
+    assert os.path.exists(tmp_path / "generate.json")
+
+
+def test_config_string_options():
+    config = generate_config.get_config(
+        "draft=prompt_lookup,gamma=3,temperature=0.7,top_k=40,top_p=0.9,max_new_tokens=8,seed=5"
+    )
+    assert config.mode == "generate" and config.draft_kind == "prompt_lookup"
+    assert (config.gamma, config.top_k, config.max_new_tokens, config.seed) == (3, 40, 8, 5)
+    assert (config.temperature, config.top_p) == (0.7, 0.9)
+    assert config.target_checkpoint is None and config.draft_checkpoint is None
+    assert config.target.embed_dim == 512 and config.target.num_layers == 8
+    tiny = generate_config.get_config("tiny,target_family=llama")
+    assert tiny.target.family == "llama" and tiny.target.embed_dim == 64
+    for bad in ("draft=trigram", "gamma=two", "speed=3", "huge"):
+        with pytest.raises(ValueError):
+            generate_config.get_config(bad)
+
+
+@pytest.mark.parametrize(
+    "field, value, error, match",
+    [
+        ("target_checkpoint", "/nonexistent/ckpt", FileNotFoundError, "config.target_checkpoint"),
+        ("draft_kind", "trigram", ValueError, "config.draft_kind"),
+        ("prompts", [], ValueError, "config.prompts"),
+        ("prompts", ["ok", ""], ValueError, "config.prompts"),
+        ("timing_repeats", 0, ValueError, "config.timing_repeats"),
+    ],
+)
+def test_bad_config_values_raise_naming_the_field(tmp_path, field, value, error, match):
+    config = generate_config.get_config("tiny")
+    config[field] = value
+    with pytest.raises(error, match=match):
+        generate_mode.run(config, str(tmp_path))
+
+
+def test_missing_draft_checkpoint_and_bad_family_raise(tmp_path):
+    config = generate_config.get_config("tiny,draft=transformer")
+    config.draft_checkpoint = str(tmp_path / "missing")
+    with pytest.raises(FileNotFoundError, match="config.draft_checkpoint"):
+        generate_mode.run(config, str(tmp_path))
+    config = generate_config.get_config("tiny")
+    config.target.family = "bert"
+    with pytest.raises(ValueError, match="config.target.family"):
+        generate_mode.run(config, str(tmp_path))
+
+
+def test_launcher_subprocess_self_draft_sampling(tmp_path):
+    """draft=self in sampling mode: q == p, so every draft is accepted (α = 1 exactly)."""
+    workdir = tmp_path / "run"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.main",
+            "--config=configs/generate.py:tiny,draft=self,temperature=0.8,top_k=20",
+            f"--workdir={workdir}",
+        ],
+        cwd=_REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "speculative:" in proc.stdout
+    with open(workdir / "generate.json", encoding="utf-8") as f:
+        saved = json.load(f)
+    stats = saved["speculative"]["stats"]
+    assert stats["alpha_empirical"] == 1.0
+    assert stats["acceptance_by_position"] == [1.0] * 4
+    assert saved["greedy_identical"] is None
+    _check_decoder_report(saved["speculative"], saved["prompts"], saved["max_new_tokens"])
