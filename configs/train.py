@@ -1,0 +1,159 @@
+r"""Train mode: the model zoo (a target and three drafts per corpus) and draft distillation.
+
+Launch from the repository root (CPU; `runs/` is git-ignored):
+
+    python -m experiments.main --config=configs/train.py:model=target --workdir=runs/target-python
+
+Every run resumes from its latest checkpoint when started again with the same workdir, and
+exports its final parameters to `~/.cache/specjax/models/<name>-<fingerprint>` ($SPECJAX_CACHE
+overrides the root), where later experiments load them (`experiments/zoo.py`).
+`scripts/train_zoo.sh` trains the whole zoo in the order below.
+
+Zoo on the python corpus (stdlib source, the default), seq_len 256, batch 16, the same batches for
+every model (data seed 0). Times are wall-clock on our 2-core AMD EPYC while other jobs shared it
+(load average 3-8), so an idle machine should be faster; bits/byte on the whole validation split.
+
+| model (option)                  | params | steps | tokens | CPU time | val bits/byte |
+|---------------------------------|--------|-------|--------|----------|---------------|
+| model=target                    | 10.8 M | 300   | 1.23 M | TBD      | TBD           |
+| model=draft_l                   | 1.01 M | 300   | 1.23 M | TBD      | TBD           |
+| model=draft_m                   | 0.46 M | 300   | 1.23 M | TBD      | TBD           |
+| model=draft_s                   | 0.13 M | 300   | 1.23 M | TBD      | TBD           |
+| model=draft_m,distill=target    | 0.46 M | 300   | 1.23 M | TBD      | TBD           |
+
+Each row's command: `python -m experiments.main --config=configs/train.py:<option>
+--workdir=runs/<name>` with <name> as `config.name` (e.g. draft_m-distill_tv-python); add
+`,corpus=shakespeare` for the Shakespeare zoo (run `python scripts/fetch_shakespeare.py` first).
+
+String options after the colon (comma-separated, big_vision style):
+    model=target         a size of specjax.training.zoo.MODEL_SIZES (target, draft_l, draft_m,
+                         draft_s, tiny_target, tiny_draft)
+    corpus=python        python | shakespeare
+    steps=300            training steps
+    family=gpt2          gpt2 | llama
+    distill=target       distil from that size's exported run on the same corpus (train it first)
+    objective=tv         distillation loss: tv | kl | tv_kl | greedy (see specjax/distill.py)
+    tiny                 seconds-long smoke/test settings (short windows, few steps)
+Any field can also be set with `--config.<field>=...` flags.
+"""
+
+import ml_collections
+
+from specjax.training import zoo
+
+# Steps of each size: the target's fill about an hour of our CPU; drafts see the same batches.
+_STEPS = {"target": 300, "draft_l": 300, "draft_m": 300, "draft_s": 300}
+# Peak learning rate of each size (smaller models tolerate larger steps).
+_PEAK_LR = {"target": 1.5e-3, "draft_l": 3e-3, "draft_m": 3e-3, "draft_s": 3e-3}
+
+_STR_OPTIONS = ("model", "corpus", "family", "distill", "objective")
+_INT_OPTIONS = ("steps",)
+_SWITCHES = ("tiny",)
+
+
+def _parse_arg(arg: str | None) -> dict:
+    """Parses "k=v,k2=v2,switch" into a dict (switches map to True)."""
+    options = {}
+    for item in (arg or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep:
+            if key not in _SWITCHES:
+                raise ValueError(f"Unknown config switch {key!r}; switches: {list(_SWITCHES)}")
+            options[key] = True
+        elif key in _STR_OPTIONS:
+            options[key] = value.strip()
+        elif key in _INT_OPTIONS:
+            options[key] = int(value)
+        else:
+            raise ValueError(
+                f"Unknown config option {key!r}; options: {sorted(_STR_OPTIONS + _INT_OPTIONS)}"
+            )
+    return options
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    """Returns the train-mode config; `arg` holds the string options of the module docstring."""
+    options = _parse_arg(arg)
+    size = options.get("model", "target")
+    tiny = options.get("tiny", False) or size.startswith("tiny")
+    config = ml_collections.ConfigDict()
+    config.mode = "train"
+
+    # The model: a named size (its fields spelled out below, so flags can change any of them).
+    config.model = ml_collections.ConfigDict()
+    config.model.size = size
+    config.model.family = options.get("family", "gpt2")
+    for key, value in zoo.size_fields(size).items():
+        config.model[key] = value
+    # Longest sequence: the learned position table; also the longest KV cache in decoding.
+    config.model.max_len = 64 if tiny else 256
+
+    # Data: deterministic batches, a pure function of (seed, step).
+    config.data = ml_collections.ConfigDict()
+    config.data.corpus = options.get("corpus", "python")
+    # Corpus location override ("" = the corpus default: stdlib / ~/.cache/specjax).
+    config.data.data_dir = ""
+    config.data.seq_len = 32 if tiny else 256
+    config.data.batch_size = 4 if tiny else 16
+    config.data.seed = 0
+
+    # AdamW, linear warm-up then cosine decay to end_lr_fraction * peak_lr.
+    config.optim = ml_collections.ConfigDict()
+    config.optim.peak_lr = _PEAK_LR.get(size, 3e-3)
+    config.optim.warmup_steps = 5 if tiny else 30
+    config.optim.end_lr_fraction = 0.1
+    config.optim.weight_decay = 0.1
+    config.optim.clip_norm = 1.0
+    config.optim.b1 = 0.9
+    config.optim.b2 = 0.95
+
+    config.num_steps = options.get("steps", 20 if tiny else _STEPS.get(size, 300))
+    # Parameter initialisation seed.
+    config.seed = 0
+
+    # Distillation from a frozen target: "" (off), an exported model directory, or the name of a
+    # directory under the model cache (what `distill=<size>` sets).
+    config.distill = ml_collections.ConfigDict()
+    config.distill.target = ""
+    config.distill.objective = options.get("objective", "tv")
+    # Temperature of both models in the tv / kl objectives.
+    config.distill.temperature = 1.0
+    # Weight of KL in the "tv_kl" objective.
+    config.distill.kl_weight = 0.1
+    if "distill" in options:
+        target_config = get_config(
+            f"model={options['distill']},corpus={config.data.corpus}" + (",tiny" if tiny else "")
+        )
+        config.distill.target = (
+            f"{target_config.name}-{zoo.run_fingerprint(target_config.to_dict())}"
+        )
+
+    # Logging, evaluation and checkpoints (none of these change the trained weights).
+    config.log_every = 5 if tiny else 10
+    config.eval_every = 10 if tiny else 120
+    # Validation windows in periodic evals; final eval (0 = the whole split).
+    config.eval_windows = 4 if tiny else 64
+    config.final_eval_windows = 8 if tiny else 0
+    config.eval_batch_size = 4 if tiny else 16
+    # Windows for the distillation evals' alpha (0 = the same as the eval).
+    config.alpha_windows = 4 if tiny else 64
+    config.checkpoint_every = 5 if tiny else 40
+    config.keep_checkpoints = 3
+    config.async_checkpoints = True
+    # Export final params to the model cache; fit unigram/bigram tables next to the checkpoints.
+    config.export = not tiny
+    config.ngrams = not tiny
+    # Stop (after saving) at this step, as if interrupted; 0 = run to num_steps. For tests.
+    config.stop_at_step = 0
+
+    suffix = ""
+    if config.distill.target:
+        suffix = f"-distill_{config.distill.objective}"
+    config.name = f"{size}{suffix}-{config.data.corpus}"
+    if config.model.family != "gpt2":
+        config.name += f"-{config.model.family}"
+    return config

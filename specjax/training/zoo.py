@@ -1,0 +1,109 @@
+"""Named model sizes, the model config of a run, and where finished runs are cached.
+
+Sizes (GPT-2 family, byte vocabulary of 259, learned positions up to `max_len`):
+
+| name        | layers | d   | heads | mlp  | params  | role                              |
+|-------------|--------|-----|-------|------|---------|-----------------------------------|
+| target      | 6      | 384 | 6     | 1536 | 10.8 M  | the model speculative decoding speeds up |
+| draft_l     | 3      | 160 | 5     | 640  | 1.01 M  | ~1/11 of the target               |
+| draft_m     | 2      | 128 | 4     | 512  | 0.46 M  | ~1/23                             |
+| draft_s     | 2      | 64  | 2     | 256  | 0.13 M  | ~1/83                             |
+| tiny_target | 2      | 32  | 2     | 64   | tests   |                                   |
+| tiny_draft  | 1      | 16  | 1     | 32   | tests   |                                   |
+
+A finished run's parameters are exported to `model_cache_dir(config)` =
+`$SPECJAX_CACHE/models/<config.name>-<fingerprint>` (default `~/.cache/specjax/models/...`),
+where the fingerprint hashes every field that changes the trained weights (model, data,
+optimizer, steps, seeds, distillation), so later experiments find exactly the weights their
+config describes, and a changed recipe never silently reuses stale weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+from specjax.models.config import TransformerConfig
+
+MODEL_SIZES = {
+    "target": dict(num_layers=6, num_heads=6, embed_dim=384, mlp_dim=1536),
+    "draft_l": dict(num_layers=3, num_heads=5, embed_dim=160, mlp_dim=640),
+    "draft_m": dict(num_layers=2, num_heads=4, embed_dim=128, mlp_dim=512),
+    "draft_s": dict(num_layers=2, num_heads=2, embed_dim=64, mlp_dim=256),
+    "tiny_target": dict(num_layers=2, num_heads=2, embed_dim=32, mlp_dim=64),
+    "tiny_draft": dict(num_layers=1, num_heads=1, embed_dim=16, mlp_dim=32),
+}
+FAMILIES = ("gpt2", "llama")
+
+# Config fields that do not change the trained weights: they may differ between a run and its
+# resumption and are left out of the fingerprint.
+RUN_ONLY_FIELDS = frozenset(
+    {
+        "mode",
+        "name",
+        "log_every",
+        "eval_every",
+        "eval_windows",
+        "final_eval_windows",
+        "eval_batch_size",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "async_checkpoints",
+        "export",
+        "ngrams",
+        "stop_at_step",
+        "alpha_windows",
+    }
+)
+
+
+def model_config(model_fields, vocab_size: int) -> TransformerConfig:
+    """Builds the `TransformerConfig` of a run from its `config.model` fields.
+
+    Args:
+      model_fields: mapping with "family" ("gpt2" or "llama") and `TransformerConfig` fields
+        (num_layers, num_heads, embed_dim, mlp_dim, max_len, ...).
+      vocab_size: the tokenizer's vocabulary size.
+
+    Returns:
+      The frozen model config.
+    """
+    fields = dict(model_fields)
+    family = fields.pop("family", "gpt2")
+    if family not in FAMILIES:
+        raise ValueError(f"config.model.family must be one of {FAMILIES}, got {family!r}")
+    fields.pop("size", None)  # the size's name is documentation; its fields are spelled out
+    make = TransformerConfig.gpt2 if family == "gpt2" else TransformerConfig.llama
+    return make(vocab_size, **fields)
+
+
+def size_fields(name: str) -> dict:
+    """The `TransformerConfig` fields of a named size (a copy)."""
+    if name not in MODEL_SIZES:
+        raise ValueError(f"model size must be one of {sorted(MODEL_SIZES)}, got {name!r}")
+    return dict(MODEL_SIZES[name])
+
+
+def fingerprint_fields(config_dict: dict) -> dict:
+    """The part of a run config (as a plain dict) that determines the trained weights."""
+    return {k: v for k, v in config_dict.items() if k not in RUN_ONLY_FIELDS}
+
+
+def run_fingerprint(config_dict: dict) -> str:
+    """12 hex digits of sha256 over `fingerprint_fields`, as canonical JSON."""
+    blob = json.dumps(fingerprint_fields(config_dict), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def cache_root() -> str:
+    """`$SPECJAX_CACHE/models`, or `~/.cache/specjax/models` if SPECJAX_CACHE is unset."""
+    root = os.environ.get("SPECJAX_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "specjax"
+    )
+    return os.path.join(root, "models")
+
+
+def model_cache_dir(config_dict: dict) -> str:
+    """Where a finished run with this config exports its parameters (see module docstring)."""
+    return os.path.join(cache_root(), f"{config_dict['name']}-{run_fingerprint(config_dict)}")
