@@ -14,8 +14,8 @@ dof 3. For bugs (i)-(v) the mean exceeds it by 155 to 870 standard deviations (m
 below 1e-300: scipy.stats.ncx2.cdf underflows to 0); for the bf16 regression by 4.3 (miss
 probability 4e-8).
 
-False-failure budget of the controls: 6 checks at p-value 1e-6 (5 controls + the (v) marginal
-that the bonus bug leaves intact) -> <= 6e-6 for this file (Bonferroni).
+False-failure budget of the controls: 7 checks at p-value 1e-6 (6 controls + the (v) marginal
+that the bonus bug leaves intact) -> <= 7e-6 for this file (Bonferroni).
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def _first_two(case_name, sampler, seed=7):
 
 @pytest.mark.parametrize("sampler", ["correct", "library"])
 def test_controls_pass(sampler):
-    # 4 checks at 1e-6 (2 samplers x 2 statistics); file-wide false failure <= 6e-6.
+    # 4 checks at 1e-6 (2 samplers x 2 statistics); file-wide false failure <= 7e-6.
     assert _first("stochastic_v8_g1", sampler).pvalue > PVALUE_THRESHOLD
     assert _first_two("stochastic_v8_g1", sampler).pvalue > PVALUE_THRESHOLD
 
@@ -198,7 +198,7 @@ def test_detects_bonus_from_residual_only_in_the_stream():
     # changes the joint law of the first two tokens (lambda = 3.2e5, dof 63) but not the first
     # token's, so (a) alone is blind to it and (b) catches it.
     marginal = _first("stochastic_v8_g1", "bonus_from_residual")
-    # 1 check at 1e-6 (the first token is still exactly p); file-wide false failure <= 6e-6.
+    # 1 check at 1e-6 (the first token is still exactly p); file-wide false failure <= 7e-6.
     assert marginal.pvalue > PVALUE_THRESHOLD, marginal
     joint = _first_two("stochastic_v8_g1", "bonus_from_residual")
     assert joint.pvalue < DETECTION_PVALUE, joint
