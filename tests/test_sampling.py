@@ -263,6 +263,8 @@ def test_warper_is_a_jit_static_argument():
         ({"top_p": -0.5}, "top_p"),
         ({"top_p": 1.5}, "top_p"),
         ({"top_p": math.nan}, "top_p"),
+        ({"temperature": True}, "temperature"),
+        ({"top_p": True}, "top_p"),
     ],
 )
 def test_make_warper_rejects_invalid_settings(kwargs, match):
@@ -285,6 +287,11 @@ def test_make_warper_rejects_invalid_settings(kwargs, match):
 def test_warper_constructors_reject_invalid_settings(build, match):
     with pytest.raises(ValueError, match=match):
         build()
+
+
+def test_make_warper_accepts_numpy_scalars():
+    warper = make_warper(temperature=np.float32(0.5), top_k=np.int64(3), top_p=np.float64(0.9))
+    assert warper == make_warper(temperature=0.5, top_k=3, top_p=0.9)
 
 
 def test_warper_chain_rejects_non_callables():

@@ -19,8 +19,20 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 _NEG_INF = -jnp.inf
+
+
+def _is_real(x) -> bool:
+    """A real Python or NumPy scalar, not a bool."""
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(
+        x, (bool, np.bool_)
+    )
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 def _masked(logits: jax.Array, keep: jax.Array) -> jax.Array:
@@ -45,7 +57,7 @@ class Temperature:
 
     def __post_init__(self):
         t = self.temperature
-        if not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+        if not _is_real(t) or not math.isfinite(t) or t <= 0:
             raise ValueError(
                 f"temperature must be a finite number > 0 for Temperature (got {t!r}); "
                 "use temperature=0 in make_warper for greedy decoding"
@@ -63,7 +75,7 @@ class TopK:
 
     def __post_init__(self):
         k = self.top_k
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        if not _is_int(k) or k < 1:
             raise ValueError(f"top_k must be an integer >= 1 (got {k!r})")
 
     def __call__(self, logits: jax.Array) -> jax.Array:
@@ -86,7 +98,7 @@ class TopP:
 
     def __post_init__(self):
         p = self.top_p
-        if not isinstance(p, (int, float)) or not (0.0 < p <= 1.0):
+        if not _is_real(p) or not (0.0 < p <= 1.0):
             raise ValueError(f"top_p must be in (0, 1] (got {p!r})")
 
     def __call__(self, logits: jax.Array) -> jax.Array:
@@ -177,13 +189,13 @@ def make_warper(temperature: float = 1.0, top_k: int | None = None, top_p: float
     Returns:
       A frozen, hashable `Warper`.
     """
-    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature):
+    if not _is_real(temperature) or not math.isfinite(temperature):
         raise ValueError(f"temperature must be a finite number >= 0 (got {temperature!r})")
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0 (got {temperature}); 0 means greedy")
     if top_k is not None and top_k != 0:
         TopK(top_k)  # validates
-    elif top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)):
+    elif top_k is not None and not _is_int(top_k):
         raise ValueError(f"top_k must be None, 0 or an integer >= 1 (got {top_k!r})")
     TopP(top_p)  # validates
     if temperature == 0:
