@@ -16,6 +16,7 @@ program stays correct, only that array is not split.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -192,7 +193,7 @@ def param_shardings(model, params, mesh: Mesh, rules) -> dict:
     check_rules(mesh, rules)
     if not hasattr(model, "logical_axes"):
         return jax.tree.map(lambda _: replicated(mesh), params)
-    logical = model.logical_axes()
+    logical = _logical_axes(model)
     is_spec = lambda x: isinstance(x, PartitionSpec)  # noqa: E731
     if jax.tree.structure(logical, is_leaf=is_spec) != jax.tree.structure(params):
         raise ValueError(
@@ -205,6 +206,12 @@ def param_shardings(model, params, mesh: Mesh, rules) -> dict:
         params,
         is_leaf=is_spec,
     )
+
+
+@functools.lru_cache(maxsize=16)
+def _logical_axes(model):
+    """`model.logical_axes()`, memoized: it traces the model's init (models are hashable)."""
+    return model.logical_axes()
 
 
 def state_shardings(state, mesh: Mesh, rules):
