@@ -391,6 +391,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
             last_eval = final
             meta = make_meta(step)
             meta["train_seconds"] = summary["train_seconds"]
+            meta["step"] = step
             summary["export_dir"] = ckpt_lib.export_model(
                 zoo.model_cache_dir(config_dict), state.params, meta
             )
