@@ -195,8 +195,8 @@ def _steps_on_disk(workdir):
 
 @pytest.mark.slow
 def test_sigkill_then_restart_matches_an_uninterrupted_run(tmp_path):
-    # A training process is killed with SIGKILL once its checkpoint at step >= 60 is on disk
-    # (of 600 steps), restarted, and must end with exactly the parameters of a run that was
+    # A training process is killed with SIGKILL once its checkpoint at step >= 50 is on disk
+    # (of 300 steps), restarted, and must end with exactly the parameters of a run that was
     # never interrupted. Each process is bounded by a timeout.
     steps = 300
     env = dict(os.environ, JAX_PLATFORMS="cpu")
