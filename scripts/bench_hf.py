@@ -25,6 +25,7 @@ Draft choices (random weights have no knowledge, so α comes from the constructi
 import os
 import sys
 import tempfile
+import time
 
 from absl import app, flags
 
@@ -46,6 +47,12 @@ _INIT_STD = flags.DEFINE_float(
     0.02,
     "Std of the random weights (HF's initializer_range). With truncated:2 at vocab 256, 0.02 "
     "gives alpha ~0.94 and 0.03 alpha ~0.56: deeper layers matter more as it grows.",
+)
+_THREADS = flags.DEFINE_integer(
+    "threads",
+    0,
+    "0: each framework's default threads. 1: one thread each (torch.set_num_threads(1), XLA "
+    "without its Eigen pool): CPU seconds then measure work even on a shared, loaded machine.",
 )
 _TARGET_DIR = flags.DEFINE_string("target_dir", None, "Use this local HF checkpoint as target.")
 _DRAFT_DIR = flags.DEFINE_string("draft_dir", None, "Use this local HF checkpoint as draft.")
@@ -174,7 +181,15 @@ def main(argv):
     import torch
     import transformers
 
-    from specjax.benchmark.timing import interleaved
+    if _THREADS.value == 1:
+        torch.set_num_threads(1)
+        # Read when the JAX backend starts (first computation, below), not at import.
+        flags_now = os.environ.get("XLA_FLAGS", "")
+        os.environ["XLA_FLAGS"] = (
+            f"{flags_now} --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+        )
+    elif _THREADS.value != 0:
+        raise app.UsageError(f"--threads must be 0 or 1, got {_THREADS.value}")
 
     gamma, new = _GAMMA.value, _NEW.value
     with tempfile.TemporaryDirectory() as workdir:
@@ -191,8 +206,17 @@ def main(argv):
             "specjax_ar": sj_ar,
             "specjax_spec": sj_spec,
         }
-        outputs = {name: fn() for name, fn in calls.items()}  # also compiles the JAX programs
-        timings = interleaved(calls, repeats=_REPEATS.value, warmup=0)
+        outputs = {name: fn() for name, fn in calls.items()}  # warm-up; compiles JAX programs
+        # Round-robin, so drift and other load hit every contestant alike. Every call ends
+        # with its tokens on the host (torch: .numpy(); specjax: a NaN check syncs).
+        wall = {name: [] for name in calls}
+        cpu = {name: [] for name in calls}
+        for _ in range(_REPEATS.value):
+            for name, fn in calls.items():
+                w0, c0 = time.perf_counter(), time.process_time()
+                fn()
+                wall[name].append(time.perf_counter() - w0)
+                cpu[name].append(time.process_time() - c0)
 
     tokens = {
         "hf_ar": outputs["hf_ar"],
@@ -201,9 +225,8 @@ def main(argv):
         "specjax_spec": results["spec"].new_tokens()[0],
     }
     same = all(np.array_equal(t, tokens["hf_ar"]) for t in tokens.values())
-    ms = {name: 1e3 * t.median / new for name, t in timings.items()}
-    hf_speedup = ms["hf_ar"] / ms["hf_assisted"]
-    sj_speedup = ms["specjax_ar"] / ms["specjax_spec"]
+    ms = {name: 1e3 * float(np.median(t)) / new for name, t in wall.items()}
+    cpu_ms = {name: 1e3 * float(np.median(t)) / new for name, t in cpu.items()}
     summary = results["spec"].summary()
     print(
         f"torch {torch.__version__}, transformers {transformers.__version__}, "
@@ -212,18 +235,24 @@ def main(argv):
         f"specjax cache_len {cache_len}, medians of {_REPEATS.value}"
     )
     for name, value in ms.items():
-        spread = timings[name].spread
-        print(f"  {name:13s} {value:8.2f} ms/token   (p10-p90 spread {spread:.0%})")
+        lo, hi = np.percentile(wall[name], [0, 100]) * 1e3 / new
+        print(
+            f"  {name:13s} {value:8.2f} ms/token wall (min {lo:.2f}, max {hi:.2f}), "
+            f"{cpu_ms[name]:8.2f} CPU-ms/token"
+        )
     print(f"  identical tokens in all four: {same}")
     print(
         f"  alpha (specjax, greedy) {summary['alpha_empirical']:.3f}, tokens/iteration "
-        f"{summary['tokens_per_iteration']:.2f}"
+        f"{summary['tokens_per_iteration']:.2f}; load average {os.getloadavg()[0]:.1f}"
     )
-    print(
-        f"AR ms/token ratio specjax/HF: {ms['specjax_ar'] / ms['hf_ar']:.2f} (goal <= 0.70)\n"
-        f"speculative speedup: specjax {sj_speedup:.2f}x, HF assisted {hf_speedup:.2f}x, "
-        f"ratio {sj_speedup / hf_speedup:.2f} (goal >= 1.20)"
-    )
+    for label, t in (("wall", ms), ("CPU", cpu_ms)):
+        sj_speedup = t["specjax_ar"] / t["specjax_spec"]
+        hf_speedup = t["hf_ar"] / t["hf_assisted"]
+        print(
+            f"{label}: AR ms/token specjax/HF {t['specjax_ar'] / t['hf_ar']:.2f} (goal <= 0.70); "
+            f"speculative speedup specjax {sj_speedup:.2f}x, HF assisted {hf_speedup:.2f}x, "
+            f"ratio {sj_speedup / hf_speedup:.2f} (goal >= 1.20)"
+        )
     if not same:
         sys.exit("outputs differ between frameworks or loops: the comparison is void")
 

@@ -56,7 +56,7 @@ class TensorSource:
                 f"{tuple(shape)}"
             )
         self.used.add(name)
-        return np.asarray(value).astype(dtype)
+        return np.asarray(value).astype(dtype, copy=False)
 
     def check_all_used(self, architecture: str) -> None:
         """Raises ValueError naming the checkpoint tensors that no specjax parameter took."""
