@@ -17,6 +17,7 @@ from specjax.models import TransformerConfig, TransformerLM
 from specjax.models.ngram import LengthState
 from specjax.training import zoo
 from specjax.training.loop import check_same_run, train_and_evaluate
+from specjax.training.ngrams import load_ngram
 from specjax.training.optim import learning_rate_schedule, make_optimizer
 from specjax.training.steps import evaluate, init_train_state, make_eval_step, make_train_step
 
@@ -128,10 +129,19 @@ def _tiny_config(tmp_path, **overrides):
 
 
 @pytest.mark.slow
-def test_resume_continues_at_the_right_step_and_batch_bit_exactly(tmp_path):
+def test_resume_continues_at_the_right_step_and_batch_bit_exactly(tmp_path, monkeypatch):
     # Uninterrupted run vs a run stopped at step 6 (between checkpoints 4 and 8: the stop saves
     # step 6 itself) and restarted: same final parameters, bit for bit.
-    whole = train_and_evaluate(_tiny_config(tmp_path), str(tmp_path / "whole"))
+    monkeypatch.setenv("SPECJAX_CACHE", str(tmp_path / "cache"))
+    whole = train_and_evaluate(
+        _tiny_config(tmp_path, export=True, ngrams=True), str(tmp_path / "whole")
+    )
+    # The export and the n-gram tables are where later experiments look for them.
+    config = _tiny_config(tmp_path).to_dict()
+    assert whole["export_dir"] == zoo.model_cache_dir(config)
+    _, exported, _ = ckpt_lib.load_model(whole["export_dir"])
+    for path in whole["ngrams"]["bigram"]:
+        assert load_ngram(path)[1]["log_probs"].shape == (VOCAB_SIZE, VOCAB_SIZE)
     first = train_and_evaluate(_tiny_config(tmp_path, stop_at_step=6), str(tmp_path / "cut"))
     assert first["stopped"] == "stop_at_step=6" and first["step"] == 6
     meta_dir = tmp_path / "cut" / "checkpoints" / "6" / "meta"
@@ -142,6 +152,7 @@ def test_resume_continues_at_the_right_step_and_batch_bit_exactly(tmp_path):
     _, p_cut, m_cut = ckpt_lib.load_model(str(tmp_path / "cut"))
     assert m_cut["data"]["next_step"] == 12 and m_cut["step"] == 12
     jax.tree.map(np.testing.assert_array_equal, p_whole, p_cut)
+    jax.tree.map(np.testing.assert_array_equal, p_whole, exported)
     assert whole["eval"] == second["eval"]
     # The metrics log holds each step's record once, even across the restart.
     with open(tmp_path / "cut" / "metrics.jsonl") as f:

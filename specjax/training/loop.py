@@ -287,6 +287,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
     def make_meta(step):
         return {
+            "step": step,
             "config": config_dict,
             "model": ckpt_lib.model_config_to_dict(model.config),
             "data": {
@@ -391,7 +392,6 @@ def train_and_evaluate(config, workdir: str) -> dict:
             last_eval = final
             meta = make_meta(step)
             meta["train_seconds"] = summary["train_seconds"]
-            meta["step"] = step
             summary["export_dir"] = ckpt_lib.export_model(
                 zoo.model_cache_dir(config_dict), state.params, meta
             )

@@ -1,0 +1,86 @@
+"""Finding the trained zoo models for later experiments (benchmarks, notebooks).
+
+    from experiments import zoo
+    target, tparams, _ = zoo.load("target")                      # python corpus
+    draft, dparams, _ = zoo.load("draft_m", distill="target")    # the distilled draft
+    bigram, bparams = zoo.load_ngram(2)
+
+Models are looked up in the model cache under the fingerprint of the config that trains them
+(`configs/train.py`), so a changed recipe never silently loads stale weights: it reports the
+command that trains the missing model instead.
+"""
+
+from __future__ import annotations
+
+import os
+
+from configs import train as train_config
+from specjax import checkpoint
+from specjax.data.corpora import load_corpus_info
+from specjax.training import ngrams, zoo
+
+
+def run_config(model: str, corpus: str = "python", distill: str | None = None, objective="tv"):
+    """The train-mode ConfigDict of a zoo model (as `configs/train.py:<options>` builds it)."""
+    arg = f"model={model},corpus={corpus}"
+    if distill:
+        arg += f",distill={distill},objective={objective}"
+    return train_config.get_config(arg)
+
+
+def train_command(model: str, corpus: str = "python", distill=None, objective="tv") -> str:
+    """The shell command that trains this zoo model."""
+    config = run_config(model, corpus, distill, objective)
+    arg = f"model={model},corpus={corpus}" + (
+        f",distill={distill},objective={objective}" if distill else ""
+    )
+    return (
+        f"python -m experiments.main --config=configs/train.py:{arg} --workdir=runs/{config.name}"
+    )
+
+
+def model_dir(model: str, corpus: str = "python", distill=None, objective="tv") -> str:
+    """The cache directory the zoo model is exported to."""
+    return zoo.model_cache_dir(run_config(model, corpus, distill, objective).to_dict())
+
+
+def load(model: str, corpus: str = "python", distill: str | None = None, objective: str = "tv"):
+    """Loads a trained zoo model.
+
+    Args:
+      model: a size of `specjax.training.zoo.MODEL_SIZES`.
+      corpus: "python" or "shakespeare".
+      distill: None for the data-trained model; a target size for the distilled draft.
+      objective: the distillation objective (with `distill`).
+
+    Returns:
+      (TransformerLM, params, meta).
+
+    Raises:
+      FileNotFoundError: not trained yet; the message holds the command that trains it.
+    """
+    path = model_dir(model, corpus, distill, objective)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(
+            f"{model} ({corpus}{', distilled' if distill else ''}) is not in the model cache "
+            f"({path}); train it with:\n  {train_command(model, corpus, distill, objective)}"
+        )
+    return checkpoint.load_model(path)
+
+
+def load_ngram(order: int, corpus: str = "python"):
+    """Loads the unigram (order 1) or bigram (order 2) draft of a corpus' training split.
+
+    Returns:
+      (NgramLM, params).
+    """
+    if order not in ngrams.NAMES:
+        raise ValueError(f"order must be 1 or 2, got {order!r}")
+    fingerprint = load_corpus_info(corpus, "train").fingerprint
+    path = os.path.join(ngrams.ngram_cache_dir(corpus, fingerprint), f"{ngrams.NAMES[order]}.npz")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"no {ngrams.NAMES[order]} table at {path}; any zoo run on {corpus} writes it, e.g.\n"
+            f"  {train_command('draft_s', corpus)}"
+        )
+    return ngrams.load_ngram(path)
