@@ -9,6 +9,7 @@ and norm scales too), so a mis-mapped bias or norm cannot hide behind HF's zero/
 
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ transformers = pytest.importorskip("transformers")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from specjax.convert import load_hf_model, load_hf_pair  # noqa: E402
+from specjax.convert import load_hf_model, load_hf_pair, load_hf_tokenizer, read_config  # noqa: E402
 from specjax.decoding.autoregressive import AutoregressiveDecoder  # noqa: E402
 from specjax.decoding.sampling import make_warper  # noqa: E402
 from specjax.decoding.speculative import SpeculativeDecoder  # noqa: E402
@@ -293,15 +294,29 @@ def test_speculative_greedy_matches_hf_greedy(pairs, name):
     assert summary["draft_calls"] == 3 * summary["target_calls"] > 0
 
 
-def test_tokenizer_loads_and_round_trips(tmp_path):
+@pytest.mark.parametrize("backend", ["transformers", "tokenizers"])
+def test_tokenizer_loads_and_round_trips(tmp_path, monkeypatch, backend):
     path = tmp_path / "ckpt"
     _randomize(_gpt2(), 0).save_pretrained(path)
     _save_tokenizer(path, _word_list("w"))
-    _, _, tok = load_hf_model(path)
+    if backend == "tokenizers":
+        # Without transformers the bare tokenizer.json is used, special ids from config.json.
+        monkeypatch.setitem(sys.modules, "transformers", None)
+    tok = load_hf_tokenizer(path, read_config(path))
+    assert type(tok.backend).__module__.split(".")[0] == backend
     ids = tok.encode("w5 w17 w2", add_bos=True, add_eos=True)
     np.testing.assert_array_equal(ids, [0, 5, 17, 2, EOS])
     assert (tok.bos_id, tok.eos_id, tok.vocab_size) == (0, EOS, VOCAB)
     assert tok.decode([5, 17, EOS, 9], stop_at_eos=True) == "w5 w17"
+    assert tok.decode_batch([[5, 6, 7], [8, 9, 10]], lengths=[1, 2]) == ["w5", "w8 w9"]
+
+
+def test_load_hf_model_returns_the_tokenizer(tmp_path):
+    _randomize(_gpt2(), 0).save_pretrained(tmp_path)
+    assert load_hf_model(tmp_path)[2] is None  # no tokenizer files: None, not an error
+    _save_tokenizer(tmp_path, _word_list("w"))
+    model, _, tok = load_hf_model(tmp_path)
+    assert model.vocab_size == VOCAB and tok.encode("w9").tolist() == [9]
 
 
 def test_vocab_size_mismatch_is_explained(tmp_path):
