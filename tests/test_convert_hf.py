@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+# Config keyword names (`rope_parameters`, `dtype`) are those of transformers 5.
+transformers = pytest.importorskip("transformers", minversion="5.0")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
