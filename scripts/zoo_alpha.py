@@ -1,6 +1,6 @@
 """Prints the model zoo of a corpus and the acceptance rate alpha of every draft for its target.
 
-    python scripts/zoo_alpha.py --corpus=python [--max_windows=0] [--json_out=runs/zoo-python.json]
+    python scripts/zoo_alpha.py --corpus=python --json_out=runs/zoo-python.json
 
 Rows: each trained model's parameters, tokens seen, training time and validation bits/byte
 (from its export's metadata); then alpha at temperature 0 (greedy) and 1 of each draft
@@ -26,7 +26,9 @@ from specjax.data.corpora import load_corpus  # noqa: E402
 
 _CORPUS = flags.DEFINE_string("corpus", "python", "python | shakespeare")
 _TARGET = flags.DEFINE_string("target", "target", "size of the target")
-_MAX_WINDOWS = flags.DEFINE_integer("max_windows", 0, "validation windows for alpha (0 = all)")
+_MAX_WINDOWS = flags.DEFINE_integer(
+    "max_windows", 512, "validation windows (evenly spread) for alpha; 0 = all"
+)
 _JSON_OUT = flags.DEFINE_string("json_out", "", "also write the numbers here")
 
 # (row name, size, distilled-from, objective)

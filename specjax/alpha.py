@@ -15,11 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.data.batches import eval_batches
 from specjax.data.tokenizer import PAD_ID
 from specjax.decoding.sampling import Warper, make_warper
 from specjax.models.interface import check_pair
-from specjax.training.steps import sequence_logits
+from specjax.training.steps import sequence_logits, spread_eval_batches
 
 
 def overlap(target_logits: jax.Array, draft_logits: jax.Array, warper: Warper) -> jax.Array:
@@ -76,7 +75,7 @@ def alpha_table(
       seq_len: window length; must fit every model's cache.
       temperatures: one alpha per temperature (0 = greedy), no top-k / top-p.
       batch_size: windows per call.
-      max_windows: use only the first this many windows; None: all.
+      max_windows: use this many evenly spread windows (`spread_eval_batches`); None: all.
 
     Returns:
       {name: {"alpha_t0": float, "alpha_t1": float, ...}} (keys f"alpha_t{t:g}"), plus
@@ -87,7 +86,7 @@ def alpha_table(
     warpers = {t: make_warper(t) for t in temperatures}
     sums = {name: {t: 0.0 for t in temperatures} for name in drafts}
     positions = 0
-    for windows, valid in eval_batches(tokens, batch_size, seq_len, max_windows):
+    for windows, valid in spread_eval_batches(tokens, seq_len, batch_size, max_windows):
         inputs = jnp.asarray(windows[:, :-1])  # [batch, seq_len]
         counted = valid[:, None] & (windows[:, :-1] != PAD_ID)  # [batch, seq_len]
         positions += int(counted.sum())

@@ -19,7 +19,13 @@ from specjax.training import zoo
 from specjax.training.loop import check_same_run, train_and_evaluate
 from specjax.training.ngrams import load_ngram
 from specjax.training.optim import learning_rate_schedule, make_optimizer
-from specjax.training.steps import evaluate, init_train_state, make_eval_step, make_train_step
+from specjax.training.steps import (
+    evaluate,
+    init_train_state,
+    make_eval_step,
+    make_train_step,
+    spread_eval_batches,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +102,18 @@ def test_evaluate_bits_per_byte_of_uniform_model():
     assert out["tokens"] == 40
     np.testing.assert_allclose(out["loss"], math.log(VOCAB_SIZE), rtol=1e-6)
     np.testing.assert_allclose(out["bits_per_byte"], math.log2(VOCAB_SIZE), rtol=1e-6)
+
+
+def test_spread_eval_batches_picks_evenly_spaced_windows():
+    # 10 windows of 4 (window i starts at 4 i); 4 of them: floor(linspace(0, 9, 4)) = 0, 3, 6, 9.
+    tokens = np.arange(41, dtype=np.int32)
+    batches = list(spread_eval_batches(tokens, 4, batch_size=3, max_windows=4))
+    firsts = [int(w[0]) for chunk, valid in batches for w in chunk[valid]]
+    assert firsts == [0, 12, 24, 36]
+    assert [int(v.sum()) for _, v in batches] == [3, 1]
+    assert int(batches[1][0][1, 0]) == PAD_ID
+    every = [int(w[0]) for c, v in spread_eval_batches(tokens, 4, 16) for w in c[v]]
+    assert every == list(range(0, 40, 4))
 
 
 def test_train_step_learns_a_repeating_pattern():

@@ -17,7 +17,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from specjax.data.batches import eval_batches
+from specjax.data.batches import eval_windows
 from specjax.data.tokenizer import NUM_BYTES, PAD_ID
 
 
@@ -122,6 +122,36 @@ def make_eval_step(model) -> Callable:
     return eval_step
 
 
+def spread_eval_batches(tokens, seq_len: int, batch_size: int, max_windows: int | None = None):
+    """Fixed evaluation windows spread evenly over a split, in batches of one shape.
+
+    Like `specjax.data.eval_batches`, but a cap keeps windows spaced evenly across the whole
+    split instead of its first ones (whose documents, in sorted order, are not a fair sample).
+
+    Args:
+      tokens: 1-D token ids.
+      seq_len: window length (inputs; a window holds seq_len + 1 tokens).
+      batch_size: windows per batch.
+      max_windows: how many windows (the first, last and evenly spaced ones between); None or
+        at least the number of windows: all.
+
+    Yields:
+      windows int32 [batch_size, seq_len + 1] and valid bool [batch_size] (False: padding row).
+    """
+    windows = eval_windows(tokens, seq_len)  # [num, seq_len + 1], disjoint targets
+    num = windows.shape[0]
+    if max_windows is not None and max_windows < num:
+        # Consecutive picks are >= 1 apart before flooring, so they stay distinct.
+        windows = windows[np.floor(np.linspace(0, num - 1, max_windows)).astype(np.int64)]
+    for lo in range(0, windows.shape[0], batch_size):
+        chunk = windows[lo : lo + batch_size]
+        valid = np.arange(batch_size) < chunk.shape[0]  # [batch_size]
+        if chunk.shape[0] < batch_size:
+            pad = np.full((batch_size - chunk.shape[0], seq_len + 1), PAD_ID, np.int32)
+            chunk = np.concatenate([chunk, pad])
+        yield chunk, valid
+
+
 def evaluate(
     eval_step: Callable,
     params,
@@ -142,13 +172,13 @@ def evaluate(
       tokens: 1-D token ids of the split.
       seq_len: window length (as in training).
       batch_size: windows per call (one compiled shape for the whole pass).
-      max_windows: evaluate only the first this many windows; None: all.
+      max_windows: evaluate this many evenly spread windows (`spread_eval_batches`); None: all.
 
     Returns:
       {"loss": nats per token, "bits_per_byte": float, "tokens": int} (Python numbers).
     """
     totals = {"nll": 0.0, "tokens": 0.0, "bytes": 0.0}
-    for windows, valid in eval_batches(tokens, batch_size, seq_len, max_windows):
+    for windows, valid in spread_eval_batches(tokens, seq_len, batch_size, max_windows):
         sums = jax.device_get(eval_step(params, jnp.asarray(windows), jnp.asarray(valid)))
         for k in totals:  # float64 on the host: long evaluations would lose digits in float32
             totals[k] += float(np.asarray(sums[k]))
