@@ -1,0 +1,485 @@
+"""Autoregressive vs speculative decoding on CPU: ms/token, speedup, and the loops' own overhead.
+
+    python scripts/bench_decoding.py                          # target d=512/8L, draft d=128/2L
+    python scripts/bench_decoding.py --draft=self             # draft == target: alpha = 1
+    python scripts/bench_decoding.py --draft=truncated:2      # target's first 2 blocks: alpha high
+    python scripts/bench_decoding.py --draft=bigram
+    python scripts/bench_decoding.py --compare_xla_flag       # with vs without the XLA:CPU flag
+
+Random weights, greedy, batch 1 by default, one run: the decoders and every part are timed
+round-robin (machine drift hits all alike), medians over --repeats after a warm-up round that
+absorbs compilation, in wall-clock time and in process CPU time. CPU time (both XLA threads
+summed) is the figure to trust when other processes share the cores: wall time then includes
+waiting for a core, which hurts second-long loops more than millisecond parts. Prints
+  * ms/token of the autoregressive and the speculative decoder, their ratio, tokens/iteration
+    and the empirical acceptance rate;
+  * loop overhead: each decoder's `generate` against the sum of its parts timed alone —
+    speculative: prefill + iterations x (one 2-token draft call + (gamma - 1) one-token draft
+    calls + the (gamma + 1)-token verification + the acceptance rule); autoregressive: prefill +
+    steps x one-token step. Parts are timed two ways: as separately dispatched jitted calls
+    (block_until_ready after each; includes ~0.1-0.3 ms of Python dispatch per call) and inside
+    one device loop (`fori_loop` of --inner calls, divided), which is how the decoders pay them;
+  * the number of cache-sized copy ops in the compiled HLO of the one-token step and of both
+    decoders' loops (XLA:CPU pitfall, see the perf notes). specjax sets
+    --xla_cpu_copy_insertion_use_region_analysis=true on import unless SPECJAX_NO_XLA_FLAGS=1;
+    --compare_xla_flag runs this script twice in subprocesses, with and without it.
+
+Draft choices (random weights have no knowledge, so alpha comes from the construction):
+  transformer   an independent random model (--draft_* sizes): alpha near chance
+  self          the target itself: alpha = 1
+  truncated:K   the target's first K blocks + its final norm and head: alpha high
+  bigram        a bigram table fitted on the target's own greedy output
+"""
+
+import functools
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app, flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import specjax  # noqa: E402, F401  (sets XLA_FLAGS before JAX starts, unless opted out)
+
+_FLAG = "--xla_cpu_copy_insertion_use_region_analysis"
+
+_VOCAB = flags.DEFINE_integer("vocab", 259, "Vocabulary size (259: the byte tokenizer's).")
+_TARGET_DIM = flags.DEFINE_integer("target_dim", 512, "Target width.")
+_TARGET_LAYERS = flags.DEFINE_integer("target_layers", 8, "Target blocks.")
+_TARGET_HEADS = flags.DEFINE_integer("target_heads", 8, "Target heads.")
+_DRAFT = flags.DEFINE_string("draft", "transformer", "transformer, self, truncated:K or bigram.")
+_DRAFT_DIM = flags.DEFINE_integer("draft_dim", 128, "Transformer draft width.")
+_DRAFT_LAYERS = flags.DEFINE_integer("draft_layers", 2, "Transformer draft blocks.")
+_DRAFT_HEADS = flags.DEFINE_integer("draft_heads", 4, "Transformer draft heads.")
+_BATCH = flags.DEFINE_integer("batch", 1, "Rows (identical-length random prompts).")
+_PROMPT_LEN = flags.DEFINE_integer("prompt_len", 16, "Prompt tokens per row.")
+_NEW = flags.DEFINE_integer("max_new_tokens", 128, "Generated tokens per row.")
+_GAMMA = flags.DEFINE_integer("gamma", 4, "Drafted tokens per iteration.")
+_CACHE_LEN = flags.DEFINE_integer("cache_len", 512, "KV cache positions per row.")
+_TEMPERATURE = flags.DEFINE_float("temperature", 0.0, "Sampling temperature (0: greedy).")
+_REPEATS = flags.DEFINE_integer("repeats", 5, "Timed rounds (medians reported).")
+_INNER = flags.DEFINE_integer("inner", 16, "Calls per device loop when timing parts in-device.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of weights, prompts and sampling.")
+_COMPARE = flags.DEFINE_bool(
+    "compare_xla_flag", False, "Run twice in subprocesses: with and without the XLA:CPU flag."
+)
+_JSON_OUT = flags.DEFINE_string("json_out", None, "Also write every figure to this JSON file.")
+
+
+def _random_params(model, seed):
+    """Random weights with the model's own initialisers, jitted (one program)."""
+    import jax
+
+    return jax.jit(model.init_params)(jax.random.PRNGKey(seed))
+
+
+def build_pair(jax, np):
+    """Target, draft and their params from the flags."""
+    from specjax.models import NgramLM, TransformerConfig, TransformerLM, fit_ngram
+
+    vocab, cache_len = _VOCAB.value, _CACHE_LEN.value
+    target_cfg = TransformerConfig.gpt2(
+        vocab,
+        num_layers=_TARGET_LAYERS.value,
+        num_heads=_TARGET_HEADS.value,
+        embed_dim=_TARGET_DIM.value,
+        mlp_dim=4 * _TARGET_DIM.value,
+        max_len=cache_len,
+    )
+    target = TransformerLM(target_cfg)
+    target_params = _random_params(target, _SEED.value)
+    kind = _DRAFT.value
+    if kind == "self":
+        return target, target_params, target, target_params
+    if kind.startswith("truncated:"):
+        k = int(kind.split(":", 1)[1])
+        if not 1 <= k <= target_cfg.num_layers:
+            raise ValueError(f"--draft=truncated:K needs 1 <= K <= {target_cfg.num_layers}")
+        import dataclasses
+
+        draft = TransformerLM(dataclasses.replace(target_cfg, num_layers=k))
+        keep = {f"block_{i}" for i in range(k)} | {"embed", "final_norm", "pos_embed", "head"}
+        draft_params = {n: v for n, v in target_params.items() if n in keep}
+        return target, target_params, draft, draft_params
+    if kind == "transformer":
+        draft = TransformerLM(
+            TransformerConfig.gpt2(
+                vocab,
+                num_layers=_DRAFT_LAYERS.value,
+                num_heads=_DRAFT_HEADS.value,
+                embed_dim=_DRAFT_DIM.value,
+                mlp_dim=4 * _DRAFT_DIM.value,
+                max_len=cache_len,
+            )
+        )
+        return target, target_params, draft, _random_params(draft, _SEED.value + 1)
+    if kind == "bigram":
+        # Fitted on the target's greedy continuation of a random prompt: some agreement.
+        from specjax.decoding.autoregressive import AutoregressiveDecoder
+        from specjax.decoding.sampling import make_warper
+
+        prompt = np.random.default_rng(_SEED.value + 7).integers(0, vocab, 16)
+        ar = AutoregressiveDecoder(target, make_warper(0), cache_len=cache_len)
+        text = ar.generate(target_params, [prompt], jax.random.PRNGKey(0), 256).new_tokens()[0]
+        return target, target_params, NgramLM(vocab, 2), fit_ngram(text, vocab, 2)
+    raise ValueError(f"--draft must be transformer, self, truncated:K or bigram; got {kind!r}")
+
+
+def count_cache_copies(hlo: str, cache_shape) -> int:
+    """Stand-alone copy ops (outside fusions) producing an f32 buffer of the KV cache's shape.
+
+    A copy inside a fused computation is a layout change folded into the fusion's loop; a
+    stand-alone copy is an extra pass over the whole buffer (what the XLA:CPU pitfall adds).
+    """
+    dims = ",".join(str(d) for d in cache_shape)
+    pattern = re.compile(rf"= f32\[{dims}\]\{{[^}}]*\}} copy\(")
+    count, fused = 0, False
+    for line in hlo.split("\n"):
+        if line and not line[0].isspace():  # a computation header
+            fused = "fused" in line.split(" ")[0] or "fusion" in line.split(" ")[0]
+        elif not fused and pattern.search(line):
+            count += 1
+    return count
+
+
+def round_robin(calls: dict, repeats: int, warmup: int = 1) -> dict:
+    """Times zero-argument callables in rounds, so machine drift hits all of them alike.
+
+    Args:
+      calls: name -> callable returning arrays.
+      repeats: timed rounds.
+      warmup: untimed rounds (compilation).
+
+    Returns:
+      name -> {"wall": median s, "cpu": median process CPU s, "spread": (p90 - p10) / median}.
+    """
+    import jax
+    import numpy as np
+
+    for _ in range(warmup):
+        for fn in calls.values():
+            jax.block_until_ready(fn())
+    wall = {n: [] for n in calls}
+    cpu = {n: [] for n in calls}
+    for _ in range(repeats):
+        for name, fn in calls.items():
+            w, c = time.perf_counter(), time.process_time()
+            jax.block_until_ready(fn())
+            cpu[name].append(time.process_time() - c)
+            wall[name].append(time.perf_counter() - w)
+    out = {}
+    for name in calls:
+        med = float(np.median(wall[name]))
+        lo, hi = np.percentile(wall[name], [10, 90])
+        out[name] = {"wall": med, "cpu": float(np.median(cpu[name])), "spread": (hi - lo) / med}
+    return out
+
+
+def measure() -> dict:
+    """Runs every measurement; returns the figures as a dict."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from specjax.decoding import autoregressive, speculative
+    from specjax.decoding.acceptance import speculative_accept
+    from specjax.decoding.sampling import make_warper, sample_from_probs
+
+    gamma, batch, new = _GAMMA.value, _BATCH.value, _NEW.value
+    repeats, inner, cache_len = _REPEATS.value, _INNER.value, _CACHE_LEN.value
+    target, tp, draft, dp = build_pair(jax, np)
+    warper = make_warper(_TEMPERATURE.value)
+    rng = np.random.default_rng(_SEED.value)
+    prompts = [rng.integers(0, _VOCAB.value, _PROMPT_LEN.value) for _ in range(batch)]
+    key = jax.random.PRNGKey(_SEED.value)
+    ar = autoregressive.AutoregressiveDecoder(target, warper, cache_len=cache_len)
+    spec = speculative.SpeculativeDecoder(target, draft, gamma, warper, cache_len=cache_len)
+
+    ar_result = ar.generate(tp, prompts, key, new)
+    spec_result = spec.generate(tp, dp, prompts, key, new)
+    summary = spec_result.summary()
+    emitted = summary["tokens_emitted"]
+    iterations = int(spec_result.stats.target_calls)
+    steps = int(ar_result.stats.target_calls)
+    same = [a.tolist() for a in ar_result.new_tokens()] == [
+        s.tolist() for s in spec_result.new_tokens()
+    ]
+
+    # -- the parts, each as its own jitted program, at a prefilled cache --------------------
+    tokens, lengths = spec.prepare(prompts, new)
+    vocab = target.vocab_size
+    ones = jnp.ones((batch,), jnp.int32)
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def prefill(model, params, tokens, lengths):
+        state = model.init_state(batch, cache_len)
+        return model.apply(params, state, tokens, lengths - 1)
+
+    _, t_state = prefill(target, tp, tokens, lengths)
+    _, d_state = prefill(draft, dp, tokens, lengths)
+    tok1 = tokens[:, :1]  # [batch, 1]
+    tok2 = tokens[:, :2]  # [batch, 2]
+    tokv = tokens[:, : gamma + 1]  # [batch, gamma + 1]
+    drafted = tokens[:, :gamma]  # [batch, gamma]
+    q = jax.nn.softmax(jax.random.normal(key, (batch, gamma, vocab)))  # [batch, gamma, vocab]
+    p = jax.nn.softmax(jax.random.normal(key, (batch, gamma + 1, vocab)))
+
+    # Each part is (state, i) -> (state rolled back to where it was, a small output); tokens
+    # and keys vary with i so that a device loop cannot hoist the call out of the loop.
+    def draft_part(toks, num):
+        def part(state, i):
+            logits, new_state = draft.apply(dp, state, (toks + i) % vocab, num)
+            x = sample_from_probs(jax.random.fold_in(key, i), warper.probs(logits[:, -1]))
+            return new_state.replace(lengths=state.lengths), x.astype(jnp.float32)
+
+        return part
+
+    def verify_part(state, i):
+        logits, new_state = target.apply(tp, state, (tokv + i) % vocab, ones * (gamma + 1))
+        return new_state.replace(lengths=state.lengths), warper.probs(logits)[:, -1, 0]
+
+    def ar_part(state, i):
+        logits, new_state = target.apply(tp, state, (tok1 + i) % vocab, ones)
+        x = sample_from_probs(jax.random.fold_in(key, i), warper.probs(logits[:, 0]))
+        return new_state.replace(lengths=state.lengths), x.astype(jnp.float32)
+
+    def accept_part(state, i):
+        out, n = speculative_accept(jax.random.fold_in(key, i), (drafted + i) % vocab, q, p)
+        return state, (out.sum() + n.sum()).astype(jnp.float32)
+
+    parts = {
+        "draft_1tok": (draft_part(tok1, ones), d_state),
+        "draft_2tok": (draft_part(tok2, ones * 2), d_state),
+        "verify": (verify_part, t_state),
+        "accept": (accept_part, jnp.zeros(())),
+        "ar_step": (ar_part, t_state),
+    }
+
+    def dispatched(part, state):
+        fn = jax.jit(lambda s: part(s, 0))
+        return lambda: fn(state)
+
+    def in_device(part, state):
+        def body(i, carry):
+            s, acc = carry
+            s, out = part(s, i)
+            return s, acc + jnp.sum(out)
+
+        fn = jax.jit(lambda s: jax.lax.fori_loop(0, inner, body, (s, jnp.zeros(()))))
+        return lambda: fn(state)
+
+    s_ar = autoregressive._init_jit(ar, tp, tokens, lengths, key, new, -1)
+    s_spec = speculative._init_jit(spec, tp, dp, tokens, lengths, key, new, -1)
+    calls = {
+        "ar_loop": lambda: ar.generate(tp, prompts, key, new).tokens,
+        "spec_loop": lambda: spec.generate(tp, dp, prompts, key, new).tokens,
+        "target_prefill": lambda: prefill(target, tp, tokens, lengths),
+        "draft_prefill": lambda: prefill(draft, dp, tokens, lengths),
+        "ar_full_step": lambda: autoregressive._step_jit(ar, tp, s_ar),
+        "spec_full_step": lambda: speculative._step_jit(spec, tp, dp, s_spec),
+    }
+    for name, (part, state) in parts.items():
+        calls[name] = dispatched(part, state)
+        calls[f"{name}_dev{inner}"] = in_device(part, state)
+    timed = round_robin(calls, repeats)
+
+    figures = {
+        "xla_flag_on": _FLAG in os.environ.get("XLA_FLAGS", ""),
+        "config": {
+            "target": f"gpt2 d={_TARGET_DIM.value} L={_TARGET_LAYERS.value}",
+            "draft": _DRAFT.value,
+            "vocab": vocab,
+            "batch": batch,
+            "prompt_len": _PROMPT_LEN.value,
+            "max_new_tokens": new,
+            "gamma": gamma,
+            "cache_len": cache_len,
+            "temperature": _TEMPERATURE.value,
+            "repeats": repeats,
+            "inner": inner,
+        },
+        "tokens_per_iteration": summary["tokens_per_iteration"],
+        "alpha_empirical": summary["alpha_empirical"],
+        "iterations": iterations,
+        "ar_steps": steps,
+        "greedy_identical": same if warper.is_greedy else None,
+        "timings": timed,
+    }
+    for clock in ("wall", "cpu"):
+        t = {n: v[clock] for n, v in timed.items()}
+        dev = {name: t[f"{name}_dev{inner}"] / inner for name in parts}
+        disp = {name: t[name] for name in parts}
+        prefill_s = t["target_prefill"] + t["draft_prefill"]
+
+        def spec_sum(part_s, prefill_s=prefill_s):
+            per_iteration = part_s["draft_2tok"] + (gamma - 1) * part_s["draft_1tok"]
+            return prefill_s + iterations * (per_iteration + part_s["verify"] + part_s["accept"])
+
+        f = {
+            "ar_ms_per_token": t["ar_loop"] * 1e3 / (batch * new),
+            "spec_ms_per_token": t["spec_loop"] * 1e3 / emitted,
+            "parts_dispatched_ms": {k: v * 1e3 for k, v in disp.items()},
+            "parts_in_device_ms": {k: v * 1e3 for k, v in dev.items()},
+            "prefill_ms": {"target": t["target_prefill"] * 1e3, "draft": t["draft_prefill"] * 1e3},
+            "full_step_ms": {"ar": t["ar_full_step"] * 1e3, "spec": t["spec_full_step"] * 1e3},
+            "spec_loop_ms": t["spec_loop"] * 1e3,
+            "spec_sum_dispatched_ms": spec_sum(disp) * 1e3,
+            "spec_sum_in_device_ms": spec_sum(dev) * 1e3,
+            "spec_sum_full_steps_ms": (prefill_s + iterations * t["spec_full_step"]) * 1e3,
+            "ar_loop_ms": t["ar_loop"] * 1e3,
+            "ar_sum_dispatched_ms": (t["target_prefill"] + steps * disp["ar_step"]) * 1e3,
+            "ar_sum_in_device_ms": (t["target_prefill"] + steps * dev["ar_step"]) * 1e3,
+            "ar_sum_full_steps_ms": (t["target_prefill"] + steps * t["ar_full_step"]) * 1e3,
+        }
+        f["speedup"] = f["ar_ms_per_token"] / f["spec_ms_per_token"]
+        for name in ("spec", "ar"):
+            for how in ("dispatched", "in_device", "full_steps"):
+                f[f"{name}_overhead_vs_{how}"] = (
+                    f[f"{name}_loop_ms"] / f[f"{name}_sum_{how}_ms"] - 1
+                )
+        figures[clock] = f
+
+    # -- HLO: stand-alone copies of cache-sized buffers ----------------------------------------
+    cfg = target.config
+    cache_shapes = {"target": (batch, cache_len, cfg.num_kv_heads, cfg.head_dim)}
+    if hasattr(draft, "config"):
+        cache_shapes["draft"] = (batch, cache_len, draft.config.num_kv_heads, draft.config.head_dim)
+    hlo = {
+        "ar_step": autoregressive._step_jit.lower(ar, tp, s_ar).compile().as_text(),
+        "ar_loop": autoregressive._generate_jit.lower(ar, tp, tokens, lengths, key, new, -1)
+        .compile()
+        .as_text(),
+        "spec_loop": speculative._generate_jit.lower(spec, tp, dp, tokens, lengths, key, new, -1)
+        .compile()
+        .as_text(),
+    }
+    figures["hlo_cache_copies"] = {
+        f"{program}/{model}": count_cache_copies(text, shape)
+        for program, text in hlo.items()
+        for model, shape in cache_shapes.items()
+        if not (model == "draft" and program.startswith("ar"))
+    }
+    figures["cache_buffers"] = {
+        "target": 2 * cfg.num_layers,
+        "draft": 2 * draft.config.num_layers if hasattr(draft, "config") else 0,
+    }
+    return figures
+
+
+def _overhead_line(f: dict, name: str) -> str:
+    label = "speculative   " if name == "spec" else "autoregressive"
+    parts = [f"  {label}  loop {f[f'{name}_loop_ms']:9.2f} ms;"]
+    for how, text in (
+        ("dispatched", "parts dispatched"),
+        ("in_device", "in-device"),
+        ("full_steps", "full steps"),
+    ):
+        total, overhead = f[f"{name}_sum_{how}_ms"], f[f"{name}_overhead_vs_{how}"]
+        parts.append(f"{text} {total:9.2f} ({overhead:+.1%})")
+    return " ".join(parts)
+
+
+def report(figures: dict) -> str:
+    """Terminal text for one run's figures."""
+    c = figures["config"]
+    g = c["gamma"]
+    timed = figures["timings"]
+    lines = [
+        f"target {c['target']}, draft {c['draft']}, vocab {c['vocab']}, batch {c['batch']}, "
+        f"prompt {c['prompt_len']}, {c['max_new_tokens']} new tokens, gamma {g}, "
+        f"temperature {c['temperature']}, cache {c['cache_len']}, medians of {c['repeats']} "
+        f"rounds; XLA region-analysis flag {'ON' if figures['xla_flag_on'] else 'OFF'}",
+        f"tokens/iteration {figures['tokens_per_iteration']:.3f}; alpha "
+        f"{figures['alpha_empirical']:.3f}; {figures['iterations']} iterations; greedy "
+        f"identical: {figures['greedy_identical']}; wall-time spread (p90-p10)/median: AR "
+        f"{timed['ar_loop']['spread']:.0%}, speculative {timed['spec_loop']['spread']:.0%}",
+    ]
+    for clock in ("wall", "cpu"):
+        f = figures[clock]
+        d, e = f["parts_dispatched_ms"], f["parts_in_device_ms"]
+        title = "wall clock" if clock == "wall" else "process CPU time (both XLA threads summed)"
+        lines += [
+            "",
+            f"== {title}",
+            f"autoregressive  {f['ar_ms_per_token']:8.3f} ms/token",
+            f"speculative     {f['spec_ms_per_token']:8.3f} ms/token",
+            f"speedup (AR / speculative): {f['speedup']:.3f}x",
+            "part (ms)                dispatched  in-device",
+            f"  target prefill        {f['prefill_ms']['target']:10.3f}          -",
+            f"  draft prefill         {f['prefill_ms']['draft']:10.3f}          -",
+            f"  draft call, 1 token   {d['draft_1tok']:10.3f}  {e['draft_1tok']:9.3f}",
+            f"  draft call, 2 tokens  {d['draft_2tok']:10.3f}  {e['draft_2tok']:9.3f}",
+            f"  verify, {g + 1} tokens      {d['verify']:10.3f}  {e['verify']:9.3f}",
+            f"  acceptance rule       {d['accept']:10.3f}  {e['accept']:9.3f}",
+            f"  AR one-token step     {d['ar_step']:10.3f}  {e['ar_step']:9.3f}",
+            f"  AR loop step          {f['full_step_ms']['ar']:10.3f}          -",
+            f"  spec loop step        {f['full_step_ms']['spec']:10.3f}          -",
+            "loop overhead: generate() vs the sum of its parts timed alone",
+            *(_overhead_line(f, name) for name in ("spec", "ar")),
+        ]
+    lines += [
+        "",
+        f"stand-alone cache-sized copies in compiled HLO (cache buffers: "
+        f"{figures['cache_buffers']}): {figures['hlo_cache_copies']}",
+    ]
+    return "\n".join(lines)
+
+
+def compare_flag(argv) -> None:
+    """Runs this script with and without the XLA flag in fresh processes; prints both."""
+    results = {}
+    args = [a for a in argv[1:] if not a.startswith("--compare_xla_flag")]
+    for label in ("on", "off"):
+        env = dict(os.environ)
+        xla = env.get("XLA_FLAGS", "")
+        xla = " ".join(t for t in xla.split() if not t.startswith(_FLAG))
+        env["XLA_FLAGS"] = xla
+        if label == "off":
+            env["SPECJAX_NO_XLA_FLAGS"] = "1"
+        else:
+            env.pop("SPECJAX_NO_XLA_FLAGS", None)
+        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
+            path = tmp.name
+        cmd = [sys.executable, os.path.abspath(__file__), *args, f"--json_out={path}"]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if proc.returncode:
+            sys.exit(f"child run ({label}) failed:\n{proc.stderr[-3000:]}")
+        print(proc.stdout, flush=True)
+        with open(path, encoding="utf-8") as f:
+            results[label] = json.load(f)
+        os.unlink(path)
+    on, off = results["on"], results["off"]
+    print("flag ON vs OFF (separate processes: drift between them is not cancelled)")
+    for clock in ("wall", "cpu"):
+        for key in ("ar_ms_per_token", "spec_ms_per_token", "speedup"):
+            a, b = on[clock][key], off[clock][key]
+            print(f"  {clock:4s} {key:22s} ON {a:9.3f}   OFF {b:9.3f}   OFF/ON {b / a:.3f}")
+        for key in ("ar_step", "draft_1tok", "verify"):
+            a, b = on[clock]["parts_in_device_ms"][key], off[clock]["parts_in_device_ms"][key]
+            print(
+                f"  {clock:4s} in-device {key:12s} ON {a:9.3f}   OFF {b:9.3f}   OFF/ON {b / a:.3f}"
+            )
+    print(f"  HLO cache copies ON {on['hlo_cache_copies']}")
+    print(f"  HLO cache copies OFF {off['hlo_cache_copies']}")
+
+
+def main(argv):
+    if _COMPARE.value:
+        compare_flag(sys.argv)
+        return
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    figures = measure()
+    print(report(figures), flush=True)
+    if _JSON_OUT.value:
+        with open(_JSON_OUT.value, "w", encoding="utf-8") as f:
+            json.dump(figures, f, indent=1)
+
+
+if __name__ == "__main__":
+    app.run(main)
