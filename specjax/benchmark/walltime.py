@@ -16,6 +16,7 @@ from specjax import theory
 from specjax.benchmark.timing import interleaved
 from specjax.decoding.autoregressive import AutoregressiveDecoder
 from specjax.decoding.speculative import SpeculativeDecoder
+from specjax.decoding.state import summarize_stats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +64,7 @@ def measure_walltime(
     cache_len: int = 512,
     repeats: int = 5,
     seed: int = 0,
+    batch_size: int = 1,
     c: float | None = None,
     t_target: dict | None = None,
     t_draft: float | None = None,
@@ -72,7 +74,8 @@ def measure_walltime(
 
     Args:
       target, target_params, draft, draft_params: the pair.
-      prompts: list of token arrays (a batch; rows advance independently).
+      prompts: list of token arrays, decoded `batch_size` at a time, one call after another
+        (batch 1, as in the paper, by default); times are totals over all of them.
       warper: shared sampling warper.
       gammas: γ values to measure.
       max_new_tokens: tokens per row (no EOS, so every run emits the same count).
@@ -88,19 +91,27 @@ def measure_walltime(
       One WalltimeRow per γ.
     """
     key = jax.random.PRNGKey(seed)
+    batches = [prompts[i : i + batch_size] for i in range(0, len(prompts), batch_size)]
     ar = AutoregressiveDecoder(target, warper, cache_len=cache_len)
     rows = []
     for gamma in gammas:
         spec = SpeculativeDecoder(target, draft, gamma, warper, cache_len=cache_len)
         calls = {
-            "ar": lambda: ar.generate(target_params, prompts, key, max_new_tokens).tokens,
-            "spec": lambda spec=spec: (
-                spec.generate(target_params, draft_params, prompts, key, max_new_tokens).tokens
-            ),
+            "ar": lambda: [
+                ar.generate(target_params, b, key, max_new_tokens).tokens for b in batches
+            ],
+            "spec": lambda spec=spec: [
+                spec.generate(target_params, draft_params, b, key, max_new_tokens).tokens
+                for b in batches
+            ],
         }
         timings = interleaved(calls, repeats=repeats)
-        result = spec.generate(target_params, draft_params, prompts, key, max_new_tokens)
-        summary = result.summary()
+        summary = summarize_stats(
+            [
+                spec.generate(target_params, draft_params, b, key, max_new_tokens).stats
+                for b in batches
+            ]
+        )
         emitted = summary["tokens_emitted"]
         ar_ms = timings["ar"].median * 1e3 / emitted
         spec_ms = timings["spec"].median * 1e3 / emitted

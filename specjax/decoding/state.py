@@ -139,27 +139,41 @@ class GenerationResult:
 
     def summary(self) -> dict:
         """Host-side α and tokens-per-iteration estimates from the counters."""
-        s = jax.device_get(self.stats)
-        iterations = int(s.iterations.sum())
-        out = {
-            "target_calls": int(s.target_calls),
-            "draft_calls": int(s.draft_calls),
-            "tokens_emitted": int(s.emitted.sum()),
-            "row_iterations": iterations,
-            "tokens_per_iteration": float(s.emitted.sum() / max(iterations, 1)),
-        }
-        if s.accepted_at.size:
-            reached = np.concatenate([[iterations], s.accepted_at[:-1]])
-            out["acceptance_by_position"] = (s.accepted_at / np.maximum(reached, 1)).tolist()
-            # Acceptance events over acceptance trials: each iteration tries positions until the
-            # first rejection, so trials = accepted + rejections (one per non-full iteration).
-            accepted = int(s.accepted_at.sum())
-            rejections = iterations - int(s.accepted_at[-1])
-            out["alpha_empirical"] = accepted / max(accepted + rejections, 1)
-            # Tokens per iteration as the sampler produced them (n + 1), before EOS / budget
-            # truncation of a row's last iteration: what (1 - α^{γ+1}) / (1 - α) predicts.
-            out["sampler_tokens_per_iteration"] = 1.0 + accepted / max(iterations, 1)
-        return out
+        return summarize_stats([self.stats])
+
+
+def summarize_stats(stats: list) -> dict:
+    """α and tokens-per-iteration estimates from the counters of one or more decode calls.
+
+    Args:
+      stats: DecodeStats of calls with the same γ (counts are pooled across calls and rows).
+
+    Returns:
+      dict of call counts, tokens, and (speculative decoding) acceptance estimates.
+    """
+    host = [jax.device_get(s) for s in stats]
+    iterations = int(sum(s.iterations.sum() for s in host))
+    emitted = int(sum(s.emitted.sum() for s in host))
+    out = {
+        "target_calls": int(sum(s.target_calls for s in host)),
+        "draft_calls": int(sum(s.draft_calls for s in host)),
+        "tokens_emitted": emitted,
+        "row_iterations": iterations,
+        "tokens_per_iteration": emitted / max(iterations, 1),
+    }
+    accepted_at = np.sum([s.accepted_at for s in host], axis=0)  # [gamma]
+    if accepted_at.size:
+        reached = np.concatenate([[iterations], accepted_at[:-1]])
+        out["acceptance_by_position"] = (accepted_at / np.maximum(reached, 1)).tolist()
+        # Acceptance events over acceptance trials: each iteration tries positions until the
+        # first rejection, so trials = accepted + rejections (one per non-full iteration).
+        accepted = int(accepted_at.sum())
+        rejections = iterations - int(accepted_at[-1])
+        out["alpha_empirical"] = accepted / max(accepted + rejections, 1)
+        # Tokens per iteration as the sampler produced them (n + 1), before EOS / budget
+        # truncation of a row's last iteration: what (1 - α^{γ+1}) / (1 - α) predicts.
+        out["sampler_tokens_per_iteration"] = 1.0 + accepted / max(iterations, 1)
+    return out
 
 
 def check_finite_result(result: GenerationResult) -> None:
