@@ -10,9 +10,9 @@ Launch (from the repository root; CPU):
     python -m experiments.main --config=configs/generate.py:draft=bigram,gamma=4,temperature=0
     python -m experiments.main --config=configs/generate.py:tiny,draft=self --workdir=/tmp/gen
 
-Runtime on our 2-core CPU (AMD EPYC, jax 0.10.2): the default (target d=512/8 layers, draft
-d=128/2 layers, 3 prompts x 64 new tokens, 3 timed repeats) takes about a minute, most of it
-compilation; `tiny` takes about 10 s. Models are randomly initialised until checkpoints are given
+Runtime on our 2-core CPU (AMD EPYC, jax 0.10.2), measured while other jobs shared the cores:
+the default (target d=512/8 layers, draft d=128/2 layers, 3 prompts x 64 new tokens, 3 timed
+repeats) took 60 s wall / 38 s CPU, most of it compilation; `tiny` took 21 s wall / 12 s CPU. Models are randomly initialised until checkpoints are given
 (`target_checkpoint`, `draft_checkpoint`), so the text is noise and a transformer draft's
 acceptance rate is near 0; `draft=self` (α = 1) and `draft=bigram` show the mechanics.
 
