@@ -12,9 +12,10 @@ Launch (from the repository root; CPU):
 
 Runtime on our 2-core CPU (AMD EPYC, jax 0.10.2), measured while other jobs shared the cores:
 the default (target d=512/8 layers, draft d=128/2 layers, 3 prompts x 64 new tokens, 3 timed
-repeats) took 60 s wall / 38 s CPU, most of it compilation; `tiny` took 21 s wall / 12 s CPU. Models are randomly initialised until checkpoints are given
-(`target_checkpoint`, `draft_checkpoint`), so the text is noise and a transformer draft's
-acceptance rate is near 0; `draft=self` (α = 1) and `draft=bigram` show the mechanics.
+repeats) took 60 s wall / 38 s CPU, most of it compilation; `tiny` took 21 s wall / 12 s CPU.
+Models are randomly initialised until checkpoints are given (`target_checkpoint`,
+`draft_checkpoint`), so the text is noise (often one byte repeated) and the measured α says
+little about real drafts; `draft=self` (α = 1) shows the mechanics.
 
 Prints each prompt's continuations and the statistics (empirical α, tokens per iteration, target
 calls, ms per token of both decoders, speedup) and writes them to <workdir>/generate.json.
