@@ -82,13 +82,9 @@ def load_or_init(fields, checkpoint: str | None, vocab_size: int, key, name: str
             "workdir, a checkpoint directory or an exported model, or leave it None for random "
             "weights"
         )
-    try:
-        from specjax import checkpoint as checkpoint_lib
-    except ImportError as e:  # the training issue adds specjax/checkpoint.py
-        raise ValueError(
-            f"config.{name}_checkpoint is set, but this checkout has no checkpoint loader "
-            f"(specjax.checkpoint): {e}"
-        ) from e
+    # Imported here: orbax is only needed when a checkpoint is actually loaded.
+    from specjax import checkpoint as checkpoint_lib
+
     model, params, _ = checkpoint_lib.load_model(checkpoint)
     if model.vocab_size != vocab_size:
         raise ValueError(
@@ -125,6 +121,20 @@ def build_draft(config, target, target_params, vocab_size: int, key):
         lookup = config.prompt_lookup
         return PromptLookupLM(vocab_size, lookup.max_ngram, lookup.min_ngram), {}
     raise ValueError(f"config.draft_kind must be one of {DRAFT_KINDS}, got {kind!r}")
+
+
+def build_models(config, vocab_size: int):
+    """Target and draft as the config says (checkpoints, or random weights from config.seed).
+
+    Returns:
+      (target, target_params, draft) where draft is (model, params) or None.
+    """
+    key_target, key_draft = jax.random.split(jax.random.PRNGKey(config.seed))
+    target, target_params = load_or_init(
+        config.target, config.target_checkpoint, vocab_size, key_target, "target"
+    )
+    draft = build_draft(config, target, target_params, vocab_size, key_draft)
+    return target, target_params, draft
 
 
 def _check_config(config) -> None:
@@ -213,12 +223,8 @@ def run(config, workdir: str) -> dict:
     """
     _check_config(config)
     tokenizer = ByteTokenizer()
-    vocab = tokenizer.vocab_size
-    key_target, key_draft, key_sample = jax.random.split(jax.random.PRNGKey(config.seed), 3)
-    target, target_params = load_or_init(
-        config.target, config.target_checkpoint, vocab, key_target, "target"
-    )
-    draft = build_draft(config, target, target_params, vocab, key_draft)
+    target, target_params, draft = build_models(config, tokenizer.vocab_size)
+    key_sample = jax.random.fold_in(jax.random.PRNGKey(config.seed), 2)
     warper = make_warper(config.temperature, config.top_k or None, config.top_p)
     prompts = [tokenizer.encode(p, add_bos=True).astype(np.int32) for p in config.prompts]
 
@@ -271,6 +277,7 @@ def run(config, workdir: str) -> dict:
         "greedy_identical": identical,
     }
     print(format_report(result), flush=True)
+    os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, "generate.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump({"config": config.to_dict(), **result}, f, indent=1)

@@ -1,16 +1,20 @@
 """Tests for the generate launcher mode and its config."""
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
 from configs import generate as generate_config
 from experiments import generate as generate_mode
+from specjax import checkpoint
 from specjax.data import EOS_ID, ByteTokenizer
+from specjax.models import TransformerLM
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -46,6 +50,28 @@ def test_run_in_process_bigram_draft_greedy(tmp_path, capsys):
         saved["autoregressive"]["ms_per_token"] / saved["speculative"]["ms_per_token"]
     )
     assert result["speculative"]["new_tokens"] == saved["speculative"]["new_tokens"]
+
+
+def test_target_checkpoint_is_loaded(tmp_path):
+    """A run from an exported checkpoint of the weights a run would draw itself decodes the same
+    text (the loaded model is really used), and a vocabulary mismatch is named."""
+    config = generate_config.get_config("tiny,draft=none")
+    reference = generate_mode.run(config, str(tmp_path / "a"))
+    target, params, _ = generate_mode.build_models(config, ByteTokenizer().vocab_size)
+    meta = {"model": checkpoint.model_config_to_dict(target.config), "step": 0}
+    path = checkpoint.export_model(str(tmp_path / "export"), params, meta)
+    config.target_checkpoint = path
+    config.target.num_layers = 7  # ignored: the checkpoint carries its own model config
+    loaded = generate_mode.run(config, str(tmp_path / "b"))
+    assert loaded["autoregressive"]["new_tokens"] == reference["autoregressive"]["new_tokens"]
+
+    small = dataclasses.replace(target.config, vocab_size=100)
+    meta = {"model": checkpoint.model_config_to_dict(small), "step": 0}
+    small_params = jax.eval_shape(TransformerLM(small).init_params, jax.random.PRNGKey(0))
+    small_params = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), small_params)
+    config.target_checkpoint = checkpoint.export_model(str(tmp_path / "v100"), small_params, meta)
+    with pytest.raises(ValueError, match="vocab_size=100"):
+        generate_mode.run(config, str(tmp_path / "c"))
 
 
 def test_run_in_process_autoregressive_only(tmp_path):
