@@ -1,0 +1,87 @@
+r"""Reproduce the structure of Leviathan et al. 2023's Tables 2 and 3 on our corpora.
+
+Paper: "Fast Inference from Transformers via Speculative Decoding", ICML 2023,
+https://arxiv.org/abs/2211.17192 . Results and the paper's figures beside ours:
+experiments/leviathan2023/README.md.
+
+    # The README's main job: tiny models, the embedded Python-stdlib corpus, end to end.
+    python -m experiments.main --config=configs/leviathan2023.py:tiny --workdir=runs/lev-tiny
+    # Full size: the model zoo of configs/train.py (trains it first if not cached; hours on CPU).
+    python -m experiments.main --config=configs/leviathan2023.py --workdir=runs/lev-python
+    python -m experiments.main --config=configs/leviathan2023.py:corpus=shakespeare \
+        --workdir=runs/lev-shakespeare
+
+Trained models are cached under ~/.cache/specjax/models (keyed by their training config), so a
+second run only measures. Hardware: our 2-core CPU; runtimes in the README.
+
+String options (comma-separated): `tiny`, `corpus=python|shakespeare`, `gammas=1/2/4`,
+`repeats=5`, `drafts=bigram/draft_m` (subset of the drafts below).
+"""
+
+import ml_collections
+
+_DRAFTS_FULL = ("unigram", "bigram", "draft_s", "draft_m", "draft_l", "draft_m_distilled")
+_DRAFTS_TINY = ("unigram", "bigram", "mini_draft", "mini_draft_distilled")
+
+# Model sizes the tiny pipeline trains in minutes (the zoo's sizes live in configs/train.py).
+MINI_SIZES = {
+    "mini_target": dict(num_layers=4, num_heads=4, embed_dim=128, mlp_dim=512),
+    "mini_draft": dict(num_layers=1, num_heads=2, embed_dim=64, mlp_dim=256),
+}
+
+
+def _parse(arg):
+    options = {}
+    for item in (arg or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        options[key.strip()] = value.strip() if sep else True
+    known = {"tiny", "corpus", "gammas", "repeats", "drafts"}
+    unknown = set(options) - known
+    if unknown:
+        raise ValueError(f"unknown options {sorted(unknown)}; known: {sorted(known)}")
+    return options
+
+
+def get_config(arg=None) -> ml_collections.ConfigDict:
+    """The pipeline config; see the module docstring for `arg`."""
+    options = _parse(arg)
+    tiny = bool(options.get("tiny", False))
+    config = ml_collections.ConfigDict()
+    config.mode = "leviathan2023"
+    config.tiny = tiny
+    config.corpus = options.get("corpus", "python")
+
+    # Models: the target and the transformer drafts are zoo sizes (configs/train.py) or, when
+    # tiny, the MINI_SIZES above; "<draft>_distilled" is that draft distilled from the target
+    # (total-variation objective, i.e. aimed at α); unigram/bigram are fitted on the train split.
+    config.target = "mini_target" if tiny else "target"
+    drafts = _DRAFTS_TINY if tiny else _DRAFTS_FULL
+    if "drafts" in options:
+        drafts = tuple(options["drafts"].split("/"))
+    config.drafts = ",".join(drafts)
+    # Training steps of the mini models (zoo models use configs/train.py's own settings).
+    config.mini_steps = 300
+    config.mini_seq_len = 160
+
+    # α on target-generated text (the paper used 10K tokens): prompts from the validation split.
+    config.alpha_prompts = 16 if tiny else 64
+    config.alpha_prompt_len = 32
+    config.alpha_new_tokens = 64 if tiny else 160
+    config.temperatures = "0,1"
+
+    # Walltime: prompts decoded at batch 1 (as in the paper) for each γ.
+    config.gammas = options.get("gammas", "1/2/3/4/6/8" if tiny else "1/2/3/4/5/6/7/8")
+    config.walltime_prompts = 3 if tiny else 4
+    config.walltime_prompt_len = 32
+    config.max_new_tokens = 64 if tiny else 128
+    config.repeats = int(options.get("repeats", 3 if tiny else 5))
+    config.cache_len = 256
+
+    # Cost measurement: calls per timed loop and the context already in the cache.
+    config.cost_steps = 16
+    config.cost_context = 64
+    config.seed = 0
+    return config

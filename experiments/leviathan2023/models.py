@@ -1,0 +1,106 @@
+"""The pipeline's models: train them (or reuse cached weights), fit n-grams, load everything.
+
+Transformer weights come from specjax's training loop and are cached by their training config
+(`specjax.training.zoo.model_cache_dir`), so a second pipeline run only loads them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from configs import leviathan2023 as lev_config
+from configs import train as train_configs
+from specjax.checkpoint import load_model
+from specjax.data import load_corpus
+from specjax.data.tokenizer import ByteTokenizer
+from specjax.models.ngram import NgramLM, fit_ngram
+from specjax.training import zoo
+from specjax.training.loop import train_and_evaluate
+
+DISTILLED_SUFFIX = "_distilled"
+
+
+def train_config(size: str, config, distill_from=None):
+    """The configs/train.py config of one pipeline model.
+
+    Args:
+      size: a zoo size or one of `MINI_SIZES`.
+      config: the pipeline config.
+      distill_from: the target's train config when distilling, else None.
+
+    Returns:
+      A ConfigDict for `train_and_evaluate`.
+    """
+    mini = size in lev_config.MINI_SIZES
+    base = "draft_s" if mini else size
+    cfg = train_configs.get_config(f"model={base},corpus={config.corpus}")
+    if mini:
+        cfg.model.size = size
+        for key, value in lev_config.MINI_SIZES[size].items():
+            cfg.model[key] = value
+        cfg.num_steps = config.mini_steps
+        cfg.data.seq_len = config.mini_seq_len
+        cfg.model.max_len = config.cache_len
+        cfg.eval_every = max(cfg.num_steps // 3, 1)
+        cfg.checkpoint_every = 100
+        cfg.name = f"{size}-{config.corpus}"
+        cfg.optim.peak_lr = 3e-3
+    cfg.export = True
+    cfg.ngrams = False
+    if distill_from is not None:
+        target_dict = distill_from.to_dict()
+        cfg.distill.target = f"{target_dict['name']}-{zoo.run_fingerprint(target_dict)}"
+        cfg.distill.objective = "tv"
+        cfg.name = f"{cfg.name.split('-')[0]}-distill_tv-{config.corpus}"
+    return cfg
+
+
+def ensure_model(cfg, workdir: str, log=print):
+    """Loads the exported weights of `cfg`, training them first if they are not cached.
+
+    Returns:
+      (TransformerLM, params, meta).
+    """
+    cache_dir = zoo.model_cache_dir(cfg.to_dict())
+    if os.path.isdir(cache_dir):
+        log(f"  {cfg.name}: cached weights {cache_dir}")
+        return load_model(cache_dir)
+    log(f"  {cfg.name}: training {cfg.num_steps} steps (resumable in {workdir}) ...")
+    summary = train_and_evaluate(cfg, os.path.join(workdir, "train", cfg.name))
+    if summary.get("stopped"):
+        raise RuntimeError(f"training of {cfg.name} stopped early: {summary['stopped']}")
+    evaluation = summary.get("eval", {})
+    log(
+        f"  {cfg.name}: trained in {summary['train_seconds']:.0f} s, "
+        f"val bits/byte {evaluation.get('bits_per_byte', float('nan')):.3f}"
+    )
+    return load_model(summary["export_dir"])
+
+
+def load_all(config, workdir: str, log=print) -> dict:
+    """Every model the pipeline needs.
+
+    Returns:
+      {"target": (model, params, meta), "drafts": {name: (model, params, info)}}.
+    """
+    drafts_wanted = [d for d in config.drafts.split(",") if d]
+    target_cfg = train_config(config.target, config)
+    out = {"target": ensure_model(target_cfg, workdir, log), "drafts": {}}
+    train_tokens = None
+    for name in drafts_wanted:
+        if name in ("unigram", "bigram"):
+            if train_tokens is None:
+                train_tokens = np.asarray(load_corpus(config.corpus, "train", ByteTokenizer()))
+            order = 1 if name == "unigram" else 2
+            params = fit_ngram(train_tokens, ByteTokenizer().vocab_size, order)
+            out["drafts"][name] = (NgramLM(ByteTokenizer().vocab_size, order), params, {})
+            log(f"  {name}: fitted on {train_tokens.size} training tokens")
+            continue
+        distill = name.endswith(DISTILLED_SUFFIX)
+        size = name[: -len(DISTILLED_SUFFIX)] if distill else name
+        cfg = train_config(size, config, distill_from=target_cfg if distill else None)
+        model, params, meta = ensure_model(cfg, workdir, log)
+        out["drafts"][name] = (model, params, meta)
+    return out

@@ -1,0 +1,163 @@
+"""The leviathan2023 mode: models → α (Table 3) → c and T(k) → walltime by γ (Table 2).
+
+    python -m experiments.main --config=configs/leviathan2023.py:tiny --workdir=runs/lev-tiny
+
+Writes <workdir>/results.json (every figure), table3.csv, table2.csv, speedup_vs_gamma_t*.png
+and alpha_bars.png, and prints both tables with the theory's predictions beside the measurements.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import jax
+import numpy as np
+
+from experiments.leviathan2023 import models as model_lib
+from experiments.leviathan2023 import report
+from specjax.benchmark.alpha_generated import alpha_on_sequences, generate_reference
+from specjax.benchmark.costs import call_cost
+from specjax.benchmark.walltime import measure_walltime
+from specjax.data import load_corpus
+from specjax.data.batches import sample_prompts
+from specjax.data.tokenizer import ByteTokenizer
+from specjax.decoding.sampling import make_warper
+
+
+def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _temperatures(config) -> list[float]:
+    return [float(t) for t in str(config.temperatures).split(",")]
+
+
+def _gammas(config) -> list[int]:
+    return [int(g) for g in str(config.gammas).split("/")]
+
+
+def measure_alpha_table(config, target, tparams, drafts, val_tokens) -> dict:
+    """Table 3's α: drafts vs target on text the target generates at each temperature."""
+    prompts = sample_prompts(
+        val_tokens, config.alpha_prompts, config.alpha_prompt_len, seed=config.seed
+    ).tokens
+    table = {}
+    for t in _temperatures(config):
+        t0 = time.perf_counter()
+        seqs = generate_reference(
+            target, tparams, prompts, t, config.alpha_new_tokens, config.cache_len, config.seed
+        )
+        pairs = {name: (m, p) for name, (m, p, _) in drafts.items()}
+        table[t] = alpha_on_sequences(target, tparams, pairs, seqs, config.alpha_prompt_len, t)
+        alphas = ", ".join(f"{n} {v['alpha']:.3f}" for n, v in table[t].items())
+        _log(
+            f"  t={t:g}: {seqs.shape[0]}x{config.alpha_new_tokens} target tokens; {alphas} "
+            f"({time.perf_counter() - t0:.0f} s)"
+        )
+    return table
+
+
+def measure_costs(config, target, tparams, drafts, max_gamma: int) -> dict:
+    """T_target(k) for k = 1..max_gamma + 1, each draft's step cost, and c."""
+    kwargs = dict(
+        context=config.cost_context,
+        cache_len=config.cache_len,
+        steps=config.cost_steps,
+        repeats=config.repeats,
+    )
+    t_target = {k: call_cost(target, tparams, k, **kwargs).median for k in range(1, max_gamma + 2)}
+    _log(
+        "  T_target(k) ms: "
+        + ", ".join(f"{k}: {v * 1e3:.3f}" for k, v in t_target.items())
+        + f"; T(5)/T(1) = {t_target.get(5, np.nan) / t_target[1]:.2f}"
+    )
+    t_draft, c = {}, {}
+    for name, (model, params, _) in drafts.items():
+        t_draft[name] = call_cost(model, params, 1, **kwargs).median
+        c[name] = t_draft[name] / t_target[1]
+        _log(f"  {name}: T_draft {t_draft[name] * 1e3:.3f} ms, c = {c[name]:.4f}")
+    return {"t_target": t_target, "t_draft": t_draft, "c": c}
+
+
+def measure_speedups(config, target, tparams, drafts, costs, val_tokens) -> dict:
+    """Table 2: AR vs speculative walltime for each draft, temperature and γ."""
+    prompts = sample_prompts(
+        val_tokens, config.walltime_prompts, config.walltime_prompt_len, seed=config.seed + 1
+    ).tokens
+    prompts = [np.asarray(p) for p in prompts]
+    out = {}
+    for t in _temperatures(config):
+        for name, (model, params, _) in drafts.items():
+            _log(f"  t={t:g}, draft {name}:")
+            rows = measure_walltime(
+                target,
+                tparams,
+                model,
+                params,
+                prompts,
+                make_warper(t),
+                _gammas(config),
+                max_new_tokens=config.max_new_tokens,
+                cache_len=config.cache_len,
+                repeats=config.repeats,
+                seed=config.seed,
+                c=costs["c"][name],
+                t_target=costs["t_target"],
+                t_draft=costs["t_draft"][name],
+                log=_log,
+            )
+            out[(t, name)] = [r.as_dict() for r in rows]
+    return out
+
+
+def run(config, workdir: str) -> dict:
+    """Runs the whole pipeline; returns (and writes) every figure."""
+    start = time.perf_counter()
+    os.makedirs(workdir, exist_ok=True)
+    _log(f"[1/4] models ({'tiny' if config.tiny else 'full'}, corpus {config.corpus})")
+    loaded = model_lib.load_all(config, workdir, _log)
+    target, tparams, tmeta = loaded["target"]
+    drafts = loaded["drafts"]
+    val_tokens = np.asarray(load_corpus(config.corpus, "validation", ByteTokenizer()))
+
+    _log("[2/4] alpha on target-generated text (Table 3)")
+    alpha = measure_alpha_table(config, target, tparams, drafts, val_tokens)
+
+    _log("[3/4] step costs: c and the verification cost curve")
+    costs = measure_costs(config, target, tparams, drafts, max(_gammas(config)))
+
+    _log("[4/4] walltime, autoregressive vs speculative, by gamma (Table 2)")
+    speed = measure_speedups(config, target, tparams, drafts, costs, val_tokens)
+
+    results = {
+        "config": config.to_dict(),
+        "device": str(jax.devices()[0]),
+        "target": {
+            "name": tmeta["config"]["name"],
+            "params": target.config.num_params(),
+            "eval": tmeta.get("eval", {}),
+        },
+        "drafts": {
+            n: {"params": _num_params(m), "eval": (info or {}).get("eval", {})}
+            for n, (m, _, info) in drafts.items()
+        },
+        "alpha": {f"{t:g}": v for t, v in alpha.items()},
+        "costs": {"t_target": costs["t_target"], "t_draft": costs["t_draft"], "c": costs["c"]},
+        "walltime": {f"t{t:g}/{name}": rows for (t, name), rows in speed.items()},
+        "seconds": time.perf_counter() - start,
+    }
+    with open(os.path.join(workdir, "results.json"), "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=1, default=float)
+    report.write_all(results, workdir)
+    _log(report.format_all(results))
+    _log(f"done in {results['seconds']:.0f} s; figures in {workdir}")
+    return results
+
+
+def _num_params(model) -> int:
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "num_params"):
+        return int(config.num_params())
+    return 0
