@@ -9,6 +9,8 @@ import json
 import math
 import warnings
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -334,11 +336,12 @@ def test_resize_vocab_pads_with_zeros_and_trims(tie):
         small_params["embed"]["embedding"], params["embed"]["embedding"][:3]
     )
     # The resized params fit the resized model, and the added ids read as logit 0.
-    logits, _ = big.apply(big_params, big.init_state(1, 4), np.array([[1, 6]]), np.array([2]))
+    tokens = jnp.asarray([[1, 6]])
+    logits, _ = jax.jit(big.apply)(big_params, big.init_state(1, 4), tokens, jnp.asarray([2]))
     np.testing.assert_array_equal(np.asarray(logits)[0, :, 5:], 0)
-    assert small.apply(small_params, small.init_state(1, 4), np.array([[1]]), np.array([1]))[
-        0
-    ].shape == (1, 1, 3)
+    assert jax.eval_shape(
+        small.apply, small_params, small.init_state(1, 4), tokens[:, :1], jnp.asarray([1])
+    )[0].shape == (1, 1, 3)
 
 
 def test_checkpoint_directory_errors(tmp_path):
