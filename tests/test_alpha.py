@@ -60,9 +60,13 @@ def test_measure_alpha_matches_theory_on_real_models():
     tokens = jax.random.randint(jax.random.PRNGKey(2), (2, 9), 0, NUM_BYTES)
     warper = make_warper(1.0)
     beta = measure_alpha(target, tp, draft, dp, tokens, warper)  # [2, 9]
-    state = lambda m: m.init_state(2, 9)  # noqa: E731
-    p = warper.probs(target.apply(tp, state(target), tokens, jnp.full((2,), 9))[0])
-    q = warper.probs(draft.apply(dp, state(draft), tokens, jnp.full((2,), 9))[0])
+    probs = jax.jit(
+        lambda m, params: warper.probs(
+            m.apply(params, m.init_state(2, 9), tokens, jnp.full((2,), 9))[0]
+        ),
+        static_argnums=0,
+    )
+    p, q = probs(target, tp), probs(draft, dp)
     np.testing.assert_allclose(beta, theory.acceptance_rate(p, q), atol=1e-6)
     assert 0.1 < float(beta.mean()) < 0.9  # neither identical nor disjoint (0.30 when written)
     same = measure_alpha(target, tp, target, tp, tokens, make_warper(0.0))
