@@ -2,7 +2,7 @@
 
     python scripts/bench_decoding.py                          # target d=512/8L, draft d=128/2L
     python scripts/bench_decoding.py --draft=self             # draft == target: alpha = 1
-    python scripts/bench_decoding.py --draft=truncated:2      # target's first 2 blocks: alpha high
+    python scripts/bench_decoding.py --draft=truncated:2      # the target's first 2 blocks
     python scripts/bench_decoding.py --draft=bigram
     python scripts/bench_decoding.py --compare_xla_flag       # with vs without the XLA:CPU flag
 
@@ -27,7 +27,8 @@ waiting for a core, which hurts second-long loops more than millisecond parts. P
 Draft choices (random weights have no knowledge, so alpha comes from the construction):
   transformer   an independent random model (--draft_* sizes): alpha near chance
   self          the target itself: alpha = 1
-  truncated:K   the target's first K blocks + its final norm and head: alpha high
+  truncated:K   the target's first K blocks + its final norm and head (shared weights; with
+                the default random init the later blocks still flip the argmax: alpha ~0)
   bigram        a bigram table fitted on the target's own greedy output
 """
 
