@@ -4,6 +4,7 @@
     python scripts/bench_hf.py                                   # byte vocab, truncated draft
     python scripts/bench_hf.py --vocab=50257 --draft=small       # GPT-2 vocab, d=256 draft
     python scripts/bench_hf.py --target_dir=/ckpt/gpt2-xl --draft_dir=/ckpt/gpt2
+    python scripts/bench_hf.py --threads=1      # one thread each: for a shared, loaded machine
 
 Builds (or loads) a GPT-2 style target and draft in PyTorch, saves them, loads the saved
 checkpoints into specjax with `specjax.convert`, and times, interleaved round-robin so that
@@ -15,6 +16,11 @@ with the same pair and a fixed γ (HF: num_assistant_tokens=γ, schedule "consta
 threshold 0 so the assistant always drafts γ). All four outputs must be the same tokens
 (greedy is lossless); the script says so or stops. Prints ms/token, the speculative speedups,
 the two ratios the project's goals are stated in, and the measured α.
+
+On our 2-core EPYC the default run takes ~2.5 min (--threads=1) and needs ~3 GB of memory.
+Under load from other jobs torch's OpenMP threads spin-wait and slow down ~10x while XLA's do
+not, so default-thread figures are void on a shared machine: use --threads=1 there and read the
+CPU-ms columns.
 
 Draft choices (random weights have no knowledge, so α comes from the construction):
   truncated:K  the target's first K blocks + its final norm and (tied) head: α high
