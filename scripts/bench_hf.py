@@ -17,7 +17,7 @@ threshold 0 so the assistant always drafts γ). All four outputs must be the sam
 (greedy is lossless); the script says so or stops. Prints ms/token, the speculative speedups,
 the two ratios the project's goals are stated in, and the measured α.
 
-On our 2-core EPYC the default run takes ~2.5 min (--threads=1) and needs ~3 GB of memory.
+On our 2-core EPYC the default run with --threads=1 took 2.5 min (other jobs sharing the cores).
 Under load from other jobs torch's OpenMP threads spin-wait and slow down ~10x while XLA's do
 not, so default-thread figures are void on a shared machine: use --threads=1 there and read the
 CPU-ms columns.
