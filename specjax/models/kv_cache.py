@@ -51,7 +51,10 @@ def write_rows(buffer: jax.Array, new: jax.Array, starts: jax.Array) -> jax.Arra
 
     A masked select rather than a per-row `dynamic_update_slice`: on XLA:CPU the latter made the
     one-token decode step copy each cache buffer several times (see the project's perf notes),
-    while a select over the whole buffer updates it in place. Entries that would land past the end
+    while a select over the whole buffer updates it in place. A batched scatter
+    (`buffer.at[rows, cols].set(...)`) measured the same speed side by side (8-layer d=512
+    target: 10.1 / 15.4 / 25.7 ms per token at cache 160 / 512 / 1024 for both) but brings
+    transposed copies of the cache into the loop, so the select stays. Entries that would land past the end
     of the buffer are dropped (callers check capacity on the host).
 
     Args:
