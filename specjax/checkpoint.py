@@ -63,12 +63,13 @@ def tree_checksum(tree) -> str:
 
 def model_config_to_dict(config: TransformerConfig) -> dict:
     """A JSON-ready dict of a `TransformerConfig` (inverse: `model_config_from_dict`)."""
-    return dataclasses.asdict(config)
+    out = dataclasses.asdict(config)
+    return {f.name: out[f.name] for f in dataclasses.fields(config) if f.init}
 
 
 def model_config_from_dict(d: dict) -> TransformerConfig:
     """Rebuilds a `TransformerConfig` from `model_config_to_dict`'s output."""
-    d = dict(d)
+    d = {k: v for k, v in d.items() if not k.startswith("_")}
     if d.get("rope_scaling") is not None:
         d["rope_scaling"] = RopeScaling(**d["rope_scaling"])
     return TransformerConfig(**d)

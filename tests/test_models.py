@@ -376,3 +376,16 @@ def test_write_rows_hand_written():
     assert len(cache.keys) == 2 and cache.keys[0].shape == (3, 6, 2, 4)
     assert cache.max_len == 6 and cache.batch == 3
     np.testing.assert_array_equal(rollback(cache, jnp.array([1, 2, 3])).lengths, [1, 2, 3])
+
+
+def test_config_replace_rederives_derived_fields():
+    base = TransformerConfig.gpt2(32, num_heads=4, embed_dim=64)
+    wider = base.replace(num_heads=8)
+    # num_kv_heads and head_dim were derived, so they follow the new num_heads.
+    assert (wider.num_kv_heads, wider.head_dim) == (8, 8)
+    assert wider == TransformerConfig.gpt2(32, num_heads=8, embed_dim=64)
+    # Explicit values survive a replace of an unrelated field.
+    gqa = TransformerConfig.llama(32, num_heads=4, num_kv_heads=2, head_dim=8, embed_dim=64)
+    deeper = gqa.replace(num_layers=3)
+    assert (deeper.num_kv_heads, deeper.head_dim, deeper.num_layers) == (2, 8, 3)
+    assert hash(base.replace()) == hash(base) and base.replace() == base

@@ -1,7 +1,7 @@
 """`TransformerConfig`: one frozen record that describes GPT-2 and Llama-family decoders.
 
 Frozen and hashable so it can be a static argument of `jax.jit`; derive variants with
-`dataclasses.replace(config, ...)` instead of threading keyword arguments.
+`config.replace(...)` instead of threading keyword arguments.
 """
 
 from __future__ import annotations
@@ -71,8 +71,13 @@ class TransformerConfig:
     dtype: str = "float32"
     param_dtype: str = "float32"
 
+    # Fields filled in by __post_init__ when left as None (not compared: same model, same hash).
+    _derived: tuple = dataclasses.field(default=(), init=False, repr=False, compare=False)
+
     def __post_init__(self):
+        derived = []
         if self.num_kv_heads is None:
+            derived.append("num_kv_heads")
             object.__setattr__(self, "num_kv_heads", self.num_heads)
         for name in (
             "vocab_size",
@@ -96,7 +101,9 @@ class TransformerConfig:
                     f"TransformerConfig.embed_dim ({self.embed_dim}) must be divisible by "
                     f"num_heads ({self.num_heads}) unless head_dim is given"
                 )
+            derived.append("head_dim")
             object.__setattr__(self, "head_dim", self.embed_dim // self.num_heads)
+        object.__setattr__(self, "_derived", tuple(derived))
         for name, allowed in (("norm", NORMS), ("positions", POSITIONS), ("mlp", MLPS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"TransformerConfig.{name} must be one of {allowed}")
@@ -104,6 +111,19 @@ class TransformerConfig:
             raise ValueError(f"RoPE needs an even head_dim, got {self.head_dim}")
         for name in ("dtype", "param_dtype"):
             jnp.dtype(getattr(self, name))  # raises on unknown names
+
+    def replace(self, **changes) -> TransformerConfig:
+        """A copy with `changes`; fields that were derived (num_kv_heads, head_dim left as None)
+        are derived again from the new values unless given explicitly.
+
+        `dataclasses.replace` would instead carry the old derived values over, so that e.g.
+        changing num_heads silently kept the old num_kv_heads (a different attention layout).
+        """
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        for name in self._derived:
+            fields[name] = None
+        fields.update(changes)
+        return TransformerConfig(**fields)
 
     @property
     def compute_dtype(self):
