@@ -103,6 +103,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # `--config.target_checkpoint=PATH` parses as a string.
     config.target_checkpoint = config_dict.placeholder(str)
 
+    # Local Hugging Face checkpoint directories (need `pip install -e ".[hf]"`); when set they
+    # replace `target` / the draft and bring their own tokenizer. Launcher shortcuts:
+    # --hf_checkpoint=PATH and --draft_hf_checkpoint=PATH.
+    config.target_hf_checkpoint = config_dict.placeholder(str)
+    config.draft_hf_checkpoint = config_dict.placeholder(str)
+    # Parameter dtype of converted HF weights ("float32" or "bfloat16").
+    config.hf_dtype = "float32"
+
     # What proposes tokens: one of DRAFT_KINDS.
     config.draft_kind = "transformer"
     # Transformer draft ("draft S": d=128, 2 layers, 0.5M params).

@@ -137,6 +137,42 @@ def build_models(config, vocab_size: int):
     return target, target_params, draft
 
 
+HF_DRAFT_KINDS = ("self", "uniform", "prompt_lookup", "none")
+
+
+def build_hf_models(config):
+    """Target (and draft) from local Hugging Face checkpoint directories (needs `.[hf]`).
+
+    Returns:
+      (target, target_params, draft, tokenizer) where draft is (model, params) or None.
+    """
+    from specjax.convert import load_hf_model, load_hf_pair  # optional dependency
+
+    if config.draft_hf_checkpoint:
+        pair = load_hf_pair(
+            config.target_hf_checkpoint, config.draft_hf_checkpoint, config.hf_dtype
+        )
+        target, target_params, tokenizer = pair.target, pair.target_params, pair.tokenizer
+        draft = (pair.draft, pair.draft_params)
+    else:
+        if config.draft_kind not in HF_DRAFT_KINDS:
+            raise ValueError(
+                f"config.draft_kind={config.draft_kind!r} needs byte-level models; with an HF "
+                f"target use one of {HF_DRAFT_KINDS} or give --draft_hf_checkpoint"
+            )
+        target, target_params, tokenizer = load_hf_model(
+            config.target_hf_checkpoint, config.hf_dtype
+        )
+        key = jax.random.PRNGKey(config.seed)
+        draft = build_draft(config, target, target_params, target.vocab_size, key)
+    if tokenizer is None:
+        raise ValueError(
+            f"{config.target_hf_checkpoint} ships no tokenizer files (or neither transformers "
+            "nor tokenizers is installed): generate mode needs one to encode the prompts"
+        )
+    return target, target_params, draft, tokenizer
+
+
 def _check_config(config) -> None:
     if config.draft_kind not in DRAFT_KINDS:
         raise ValueError(
@@ -222,15 +258,23 @@ def run(config, workdir: str) -> dict:
       The result dict that was written to generate.json.
     """
     _check_config(config)
-    tokenizer = ByteTokenizer()
-    target, target_params, draft = build_models(config, tokenizer.vocab_size)
+    if config.draft_hf_checkpoint and not config.target_hf_checkpoint:
+        raise ValueError("config.draft_hf_checkpoint needs config.target_hf_checkpoint too")
+    if config.target_hf_checkpoint:
+        target, target_params, draft, tokenizer = build_hf_models(config)
+        eos_id = tokenizer.eos_id
+        add_bos = tokenizer.bos_id is not None
+    else:
+        tokenizer = ByteTokenizer()
+        target, target_params, draft = build_models(config, tokenizer.vocab_size)
+        eos_id, add_bos = EOS_ID, True
     key_sample = jax.random.fold_in(jax.random.PRNGKey(config.seed), 2)
     warper = make_warper(config.temperature, config.top_k or None, config.top_p)
-    prompts = [tokenizer.encode(p, add_bos=True).astype(np.int32) for p in config.prompts]
+    prompts = [tokenizer.encode(p, add_bos=add_bos).astype(np.int32) for p in config.prompts]
 
     ar = AutoregressiveDecoder(target, warper, config.cache_len, config.min_bucket)
     calls = {
-        "ar": lambda: ar.generate(target_params, prompts, key_sample, config.max_new_tokens, EOS_ID)
+        "ar": lambda: ar.generate(target_params, prompts, key_sample, config.max_new_tokens, eos_id)
     }
     if draft is not None:
         draft_model, draft_params = draft
@@ -238,7 +282,7 @@ def run(config, workdir: str) -> dict:
             target, draft_model, config.gamma, warper, config.cache_len, config.min_bucket
         )
         calls["spec"] = lambda: spec.generate(
-            target_params, draft_params, prompts, key_sample, config.max_new_tokens, EOS_ID
+            target_params, draft_params, prompts, key_sample, config.max_new_tokens, eos_id
         )
 
     # The first call compiles; it is timed on its own, then the decoders are timed round-robin

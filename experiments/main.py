@@ -27,6 +27,12 @@ MODES = {
 FLAGS = flags.FLAGS
 flags.DEFINE_string("mode", None, f"What to run; one of {sorted(MODES)}. Default: config.mode.")
 flags.DEFINE_string("workdir", "runs/default", "Where outputs (tables, plots, checkpoints) go.")
+flags.DEFINE_string(
+    "hf_checkpoint", None, "generate mode: local Hugging Face checkpoint directory of the target."
+)
+flags.DEFINE_string(
+    "draft_hf_checkpoint", None, "generate mode: local Hugging Face checkpoint of the draft."
+)
 config_flags.DEFINE_config_file(
     "config",
     os.path.join(_CONFIG_DIR, "theory.py"),
@@ -57,6 +63,14 @@ def main(argv):
     mode = FLAGS.mode or config.get("mode")
     if mode is None:
         raise app.UsageError("No mode: pass --mode or set config.mode in the config file.")
+    for flag, field in (
+        ("hf_checkpoint", "target_hf_checkpoint"),
+        ("draft_hf_checkpoint", "draft_hf_checkpoint"),
+    ):
+        if FLAGS[flag].value is not None:
+            if mode != "generate":
+                raise app.UsageError(f"--{flag} applies to --mode=generate, not {mode}")
+            config[field] = FLAGS[flag].value
     logging.info("mode=%s workdir=%s", mode, FLAGS.workdir)
     run_mode(mode, config, FLAGS.workdir)
 
