@@ -1,0 +1,116 @@
+"""The leviathan2023 pipeline end to end on seconds-sized models (the README's main job shape).
+
+Trains the zoo's test sizes into a temporary model cache, measures α / c / T(k) / walltime,
+writes the tables, then checks the figures against each other and against specjax.theory.
+"""
+
+import csv
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from configs import leviathan2023 as lev_config
+from experiments.leviathan2023 import models as model_lib
+from experiments.leviathan2023 import pipeline, report
+from specjax import theory
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    old = os.environ.get("SPECJAX_CACHE")
+    os.environ["SPECJAX_CACHE"] = str(cache)
+    config = lev_config.get_config("tiny,gammas=1/2,repeats=1")
+    config.target = "tiny_target"
+    config.drafts = "unigram,tiny_draft,tiny_draft_distilled"
+    config.cache_len = 64
+    config.alpha_prompts = 4
+    config.alpha_prompt_len = 8
+    config.alpha_new_tokens = 16
+    config.walltime_prompts = 2
+    config.walltime_prompt_len = 8
+    config.max_new_tokens = 12
+    config.cost_steps = 2
+    config.cost_context = 16
+    workdir = str(tmp_path_factory.mktemp("lev"))
+    try:
+        results = pipeline.run(config, workdir)
+        yield config, workdir, results, str(cache)
+    finally:
+        if old is None:
+            os.environ.pop("SPECJAX_CACHE")
+        else:
+            os.environ["SPECJAX_CACHE"] = old
+
+
+@pytest.mark.slow
+def test_pipeline_writes_every_artifact(run_dir):
+    _, workdir, _, cache = run_dir
+    for name in (
+        "results.json",
+        "table2.csv",
+        "table3.csv",
+        "alpha_bars.png",
+        "speedup_vs_gamma_t0.png",
+        "speedup_vs_gamma_t1.png",
+    ):
+        assert os.path.getsize(os.path.join(workdir, name)) > 0, name
+    exported = sorted(os.listdir(os.path.join(cache, "models")))
+    assert any(d.startswith("tiny_target-python-") for d in exported)
+    assert any(d.startswith("tiny_draft-distill_tv-python-") for d in exported)
+
+
+@pytest.mark.slow
+def test_figures_are_consistent(run_dir):
+    _, workdir, results, _ = run_dir
+    with open(os.path.join(workdir, "results.json")) as f:
+        saved = json.load(f)
+    assert set(saved["alpha"]) == {"0", "1"}
+    for per_draft in saved["alpha"].values():
+        assert set(per_draft) == {"unigram", "tiny_draft", "tiny_draft_distilled"}
+        for v in per_draft.values():
+            assert 0.0 <= v["alpha"] <= 1.0 and v["positions"] == 4 * 16
+    costs = saved["costs"]
+    for name, c in costs["c"].items():
+        assert c == pytest.approx(costs["t_draft"][name] / costs["t_target"]["1"])
+    assert sorted(int(k) for k in costs["t_target"]) == [1, 2, 3]
+    for key, rows in saved["walltime"].items():
+        assert [r["gamma"] for r in rows] == [1, 2], key
+        for r in rows:
+            assert r["speedup"] == pytest.approx(r["ar_ms_per_token"] / r["spec_ms_per_token"])
+            expected = theory.expected_tokens_per_iteration(r["alpha_empirical"], r["gamma"])
+            assert r["predicted_tokens_per_iteration"] == pytest.approx(float(expected))
+            # At most γ + 1 tokens per iteration, at least one.
+            assert 1.0 <= r["tokens_per_iteration"] <= r["gamma"] + 1
+    # Greedy α for the distilled draft is measured with argmax warpers: each β is 0 or 1.
+    offsets = np.array(saved["alpha"]["0"]["tiny_draft"]["alpha_by_offset"])
+    assert np.all((offsets >= 0) & (offsets <= 1))
+
+
+@pytest.mark.slow
+def test_tables_regenerate_from_json(run_dir, capsys):
+    _, workdir, results, _ = run_dir
+    os.remove(os.path.join(workdir, "table2.csv"))
+    report.main(["report", workdir])
+    out = capsys.readouterr().out
+    assert "Table 3 analogue" in out and "Table 2 analogue" in out
+    with open(os.path.join(workdir, "table2.csv")) as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 * 3 * 2  # temperatures x drafts x gammas
+    assert sum(r["best"] == "True" for r in rows) == 2 * 3  # one best γ per curve
+
+
+@pytest.mark.slow
+def test_second_run_reuses_cached_models(run_dir, tmp_path):
+    config, workdir, _, _ = run_dir
+    first = model_lib.load_all(config, workdir, log=lambda msg: None)
+    again = model_lib.load_all(config, str(tmp_path), log=lambda msg: None)
+    assert not os.path.exists(os.path.join(str(tmp_path), "train"))  # nothing was trained
+    for name, (_, params, _) in first["drafts"].items():
+        leaves = zip(
+            jax.tree.leaves(params), jax.tree.leaves(again["drafts"][name][1]), strict=True
+        )
+        assert all(np.array_equal(a, b) for a, b in leaves), name
