@@ -264,6 +264,13 @@ def train_and_evaluate(config, workdir: str) -> dict:
     else:
         step, params, opt_state, meta = restored
         check_same_run(meta["config"], config_dict, checkpointer.step_path(step))
+        if meta["data"]["fingerprint"] != train_info.fingerprint:
+            raise ValueError(
+                f"checkpoint {checkpointer.step_path(step)} was trained on {config.data.corpus} "
+                f"data with fingerprint {meta['data']['fingerprint']}, but the corpus now has "
+                f"{train_info.fingerprint} (another Python stdlib or corpus version); resuming "
+                "would mix two datasets. Use another --workdir."
+            )
         if meta["data"]["next_step"] != step:
             raise ckpt_lib.CheckpointError(
                 f"checkpoint {checkpointer.step_path(step)} says the data iterator is at step "
