@@ -15,6 +15,7 @@ from specjax import checkpoint as ckpt_lib
 from specjax.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE
 from specjax.models import TransformerConfig, TransformerLM
 from specjax.models.ngram import LengthState
+from specjax.training import loop as loop_lib
 from specjax.training import zoo
 from specjax.training.loop import check_same_run, train_and_evaluate
 from specjax.training.ngrams import load_ngram
@@ -179,12 +180,21 @@ def test_resume_continues_at_the_right_step_and_batch_bit_exactly(tmp_path, monk
 
 
 @pytest.mark.slow
-def test_resume_refuses_a_different_configuration(tmp_path):
+def test_resume_refuses_a_different_configuration_or_corpus(tmp_path, monkeypatch):
     train_and_evaluate(_tiny_config(tmp_path, stop_at_step=4), str(tmp_path / "run"))
     changed = _tiny_config(tmp_path)
     changed.data.batch_size = 8
     with pytest.raises(ValueError, match=r"data\.batch_size: 4 in the checkpoint, 8 now"):
         train_and_evaluate(changed, str(tmp_path / "run"))
+    # Same config, but the corpus on disk changed (e.g. another Python's stdlib).
+    real = loop_lib.load_corpus_info
+    monkeypatch.setattr(
+        loop_lib,
+        "load_corpus_info",
+        lambda *a, **k: dataclasses.replace(real(*a, **k), fingerprint="f" * 64),
+    )
+    with pytest.raises(ValueError, match="f{64}"):
+        train_and_evaluate(_tiny_config(tmp_path), str(tmp_path / "run"))
 
 
 def test_check_same_run_ignores_run_only_fields():
