@@ -37,6 +37,8 @@ Any field can also be set with `--config.<field>=...` flags.
 import ml_collections
 from ml_collections import config_dict
 
+from configs.options import parse_options
+
 DRAFT_KINDS = ("transformer", "bigram", "unigram", "uniform", "prompt_lookup", "self", "none")
 
 _INT_OPTIONS = ("gamma", "top_k", "max_new_tokens", "seed")
@@ -47,26 +49,9 @@ _SWITCHES = ("tiny",)
 
 def _parse_arg(arg: str | None) -> dict:
     """Parses "k=v,k2=v2,switch" into a dict (switches map to True)."""
-    options = {}
-    for item in (arg or "").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        key, sep, value = item.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep:
-            if key not in _SWITCHES:
-                raise ValueError(f"Unknown config switch {key!r}; switches: {list(_SWITCHES)}")
-            options[key] = True
-        elif key in _INT_OPTIONS:
-            options[key] = int(value)
-        elif key in _FLOAT_OPTIONS:
-            options[key] = float(value)
-        elif key in _STR_OPTIONS:
-            options[key] = value
-        else:
-            known = sorted((*_INT_OPTIONS, *_FLOAT_OPTIONS, *_STR_OPTIONS))
-            raise ValueError(f"Unknown config option {key!r}; options: {known}")
+    options = parse_options(
+        arg, ints=_INT_OPTIONS, floats=_FLOAT_OPTIONS, strs=_STR_OPTIONS, switches=_SWITCHES
+    )
     if "draft" in options and options["draft"] not in DRAFT_KINDS:
         raise ValueError(f"draft={options['draft']!r} is not one of {list(DRAFT_KINDS)}")
     return options

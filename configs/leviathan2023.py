@@ -20,6 +20,8 @@ String options (comma-separated): `tiny`, `corpus=python|shakespeare`, `gammas=1
 
 import ml_collections
 
+from configs.options import parse_options
+
 _DRAFTS_FULL = ("unigram", "bigram", "draft_s", "draft_m", "draft_l", "draft_m_distilled")
 _DRAFTS_TINY = ("unigram", "bigram", "mini_draft", "mini_draft_distilled")
 
@@ -31,18 +33,9 @@ MINI_SIZES = {
 
 
 def _parse(arg):
-    options = {}
-    for item in (arg or "").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        key, sep, value = item.partition("=")
-        options[key.strip()] = value.strip() if sep else True
-    known = {"tiny", "corpus", "gammas", "repeats", "drafts"}
-    unknown = set(options) - known
-    if unknown:
-        raise ValueError(f"unknown options {sorted(unknown)}; known: {sorted(known)}")
-    return options
+    return parse_options(
+        arg, ints=("repeats",), strs=("corpus", "gammas", "drafts"), switches=("tiny",)
+    )
 
 
 def get_config(arg=None) -> ml_collections.ConfigDict:

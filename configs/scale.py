@@ -26,6 +26,7 @@ Any field can also be set with `--config.<field>=...` flags.
 import ml_collections
 
 from configs import mesh as mesh_config
+from configs.options import parse_options
 
 # Llama-family shapes (RMSNorm, RoPE, SwiGLU, untied head); grouped-query where kv_heads < heads.
 MODEL_SIZES = {
@@ -46,24 +47,7 @@ _SWITCHES = ("tiny",)
 
 def _parse_arg(arg: str | None) -> dict:
     """Parses "k=v,k2=v2,switch" into a dict (switches map to True)."""
-    options = {}
-    for item in (arg or "").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        key, sep, value = item.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep:
-            if key not in _SWITCHES:
-                raise ValueError(f"Unknown config switch {key!r}; switches: {list(_SWITCHES)}")
-            options[key] = True
-        elif key in _INT_OPTIONS:
-            options[key] = int(value)
-        elif key in _STR_OPTIONS:
-            options[key] = value
-        else:
-            known = sorted((*_INT_OPTIONS, *_STR_OPTIONS))
-            raise ValueError(f"Unknown config option {key!r}; options: {known}")
+    options = parse_options(arg, ints=_INT_OPTIONS, strs=_STR_OPTIONS, switches=_SWITCHES)
     for role in ("target", "draft"):
         size = options.get(role)
         if (

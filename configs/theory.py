@@ -24,6 +24,8 @@ Any field can also be set with the usual `--config.c=0.1` flags.
 import ml_collections
 import numpy as np
 
+from configs.options import parse_options
+
 # Measured cost (ms) of scoring k tokens at once with model A (GPT-2 style, d=512, 8 layers,
 # 25.6M params, float32, batch 1) on our 2-core AMD EPYC CPU with JAX 0.10.2: a CPU measurement
 # from /work/shared/PERF-NOTES.md. Only k = 1, 2, 5, 9 were measured; other k are interpolated
@@ -38,26 +40,9 @@ _SWITCHES = ("formula_only",)
 
 def _parse_arg(arg: str | None) -> dict:
     """Parses "k=v,k2=v2,switch" into a dict (switches map to True)."""
-    options = {}
-    for item in (arg or "").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep:
-            if key not in _SWITCHES:
-                raise ValueError(f"Unknown config switch {key!r}; switches: {list(_SWITCHES)}")
-            options[key] = True
-        elif key in _FLOAT_OPTIONS:
-            options[key] = float(value)
-        elif key in _INT_OPTIONS:
-            options[key] = int(value)
-        elif key == "alphas":
-            options[key] = [float(v) for v in value.split("/") if v]
-        else:
-            known = sorted((*_FLOAT_OPTIONS, *_INT_OPTIONS, "alphas"))
-            raise ValueError(f"Unknown config option {key!r}; options: {known}")
+    options = parse_options(
+        arg, ints=_INT_OPTIONS, floats=_FLOAT_OPTIONS, lists=("alphas",), switches=_SWITCHES
+    )
     if "alpha" in options and "alphas" in options:
         raise ValueError("Give either alpha= or alphas=, not both")
     return options

@@ -40,6 +40,7 @@ Any field can also be set with `--config.<field>=...` flags.
 
 import ml_collections
 
+from configs.options import parse_options
 from specjax.training import zoo
 
 # Steps of each size: the target's fill about an hour of our CPU; drafts see the same batches.
@@ -57,26 +58,7 @@ _SWITCHES = ("tiny",)
 
 def _parse_arg(arg: str | None) -> dict:
     """Parses "k=v,k2=v2,switch" into a dict (switches map to True)."""
-    options = {}
-    for item in (arg or "").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep:
-            if key not in _SWITCHES:
-                raise ValueError(f"Unknown config switch {key!r}; switches: {list(_SWITCHES)}")
-            options[key] = True
-        elif key in _STR_OPTIONS:
-            options[key] = value.strip()
-        elif key in _INT_OPTIONS:
-            options[key] = int(value)
-        else:
-            raise ValueError(
-                f"Unknown config option {key!r}; options: {sorted(_STR_OPTIONS + _INT_OPTIONS)}"
-            )
-    return options
+    return parse_options(arg, ints=_INT_OPTIONS, strs=_STR_OPTIONS, switches=_SWITCHES)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:

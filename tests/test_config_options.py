@@ -1,0 +1,31 @@
+"""The shared `:key=value` option parser of the config files."""
+
+import pytest
+
+from configs.options import parse_options
+
+
+def test_parses_each_kind():
+    got = parse_options(
+        "a=3, b=0.5,c=text,d=0.1/0.2,flag",
+        ints=("a",),
+        floats=("b",),
+        strs=("c",),
+        lists=("d",),
+        switches=("flag",),
+    )
+    assert got == {"a": 3, "b": 0.5, "c": "text", "d": [0.1, 0.2], "flag": True}
+    assert parse_options(None) == {} and parse_options("") == {}
+
+
+@pytest.mark.parametrize(
+    "arg, match",
+    [
+        ("nope=1", "Unknown config option 'nope'"),
+        ("nope", "Unknown config switch 'nope'"),
+        ("a=x", "a='x'"),
+    ],
+)
+def test_errors_name_the_option(arg, match):
+    with pytest.raises(ValueError, match=match):
+        parse_options(arg, ints=("a",))
