@@ -106,7 +106,7 @@ def test_speculative_stream_equals_generate_and_stats(spec, spec_result):
     observed = np.array([(accepted > i).sum() for i in range(GAMMA)])  # [gamma]
     assert (observed <= s.accepted_at).all()
     assert s.accepted_at.sum() - observed.sum() <= len(PROMPTS) * GAMMA
-    assert 1.5 < spec_result.summary()["tokens_per_iteration"] < GAMMA + 1
+    assert GAMMA + 1 > spec_result.summary()["tokens_per_iteration"] > 1.5
 
 
 # -- cache rollback ----------------------------------------------------------------------------
