@@ -34,6 +34,8 @@ String options after the colon (comma-separated, big_vision style):
     family=gpt2          gpt2 | llama
     distill=target       distil from that size's exported run on the same corpus (train it first)
     objective=tv         distillation loss: tv | kl | tv_kl | greedy (see specjax/distill.py)
+    init=data            with distill: start from the same-size draft trained on data (train it
+                         first) and fine-tune for steps=200 by default, instead of from scratch
     tiny                 seconds-long smoke/test settings (short windows, few steps)
 Any field can also be set with `--config.<field>=...` flags.
 """
@@ -51,7 +53,7 @@ _STEPS = {"target": 600, "draft_l": 600, "draft_m": 600, "draft_s": 600}
 # deeper models want smaller steps (as muP predicts); draft_s was not probed.
 _PEAK_LR = {"target": 7.5e-4, "draft_l": 1.5e-3, "draft_m": 3e-3, "draft_s": 3e-3}
 
-_STR_OPTIONS = ("model", "corpus", "family", "distill", "objective")
+_STR_OPTIONS = ("model", "corpus", "family", "distill", "objective", "init")
 _INT_OPTIONS = ("steps",)
 _SWITCHES = ("tiny",)
 
@@ -97,7 +99,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.optim.b1 = 0.9
     config.optim.b2 = 0.95
 
-    config.num_steps = options.get("steps", 20 if tiny else _STEPS.get(size, 600))
+    default_steps = 20 if tiny else _STEPS.get(size, 600)
+    if options.get("init"):  # a fine-tune of a trained draft: a third of its steps
+        default_steps = max(default_steps // 3, 1)
+    config.num_steps = options.get("steps", default_steps)
     # Parameter initialisation seed.
     config.seed = 0
 
@@ -111,12 +116,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # Weight of KL in the "tv_kl" objective.
     config.distill.kl_weight = 0.1
     if "distill" in options:
-        target_config = get_config(
-            f"model={options['distill']},corpus={config.data.corpus}" + (",tiny" if tiny else "")
-        )
-        config.distill.target = (
-            f"{target_config.name}-{zoo.run_fingerprint(target_config.to_dict())}"
-        )
+        config.distill.target = _cache_name(options["distill"], config.data.corpus, tiny)
+        # Only present when set, so the fingerprints of runs without it stay as they were.
+        init = options.get("init", "")
+        if init not in ("", "data"):
+            raise ValueError(f"init must be 'data' (or absent), got {init!r}")
+        if init:
+            config.distill.init = _cache_name(size, config.data.corpus, tiny)
+    elif "init" in options:
+        raise ValueError("init=data needs distill=<target size>: it sets a distillation's start")
 
     # Logging, evaluation and checkpoints (none of these change the trained weights).
     config.log_every = 5 if tiny else 10
@@ -141,7 +149,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     suffix = ""
     if config.distill.target:
         suffix = f"-distill_{config.distill.objective}"
+        if config.distill.get("init"):
+            suffix += "_ft"
     config.name = f"{size}{suffix}-{config.data.corpus}"
     if config.model.family != "gpt2":
         config.name += f"-{config.model.family}"
     return config
+
+
+def _cache_name(size: str, corpus: str, tiny: bool) -> str:
+    """The model-cache directory name of the data-trained `size` on `corpus`."""
+    config = get_config(f"model={size},corpus={corpus}" + (",tiny" if tiny else ""))
+    return f"{config.name}-{zoo.run_fingerprint(config.to_dict())}"

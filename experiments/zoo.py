@@ -2,7 +2,8 @@
 
     from experiments import zoo
     target, tparams, _ = zoo.load("target")                      # python corpus
-    draft, dparams, _ = zoo.load("draft_m", distill="target")    # the distilled draft
+    draft, dparams, _ = zoo.load("draft_m", distill="target")    # distilled from scratch
+    draft, dparams, _ = zoo.load("draft_m", distill="target", init="data")  # fine-tuned
     bigram, bparams = zoo.load_ngram(2)
 
 Models are looked up in the model cache under the fingerprint of the config that trains them
@@ -20,31 +21,33 @@ from specjax.data.corpora import load_corpus_info
 from specjax.training import ngrams, zoo
 
 
-def run_config(model: str, corpus: str = "python", distill: str | None = None, objective="tv"):
-    """The train-mode ConfigDict of a zoo model (as `configs/train.py:<options>` builds it)."""
+def _options(model: str, corpus: str, distill, objective, init) -> str:
     arg = f"model={model},corpus={corpus}"
     if distill:
-        arg += f",distill={distill},objective={objective}"
-    return train_config.get_config(arg)
+        arg += f",distill={distill},objective={objective}" + (f",init={init}" if init else "")
+    return arg
 
 
-def train_command(model: str, corpus: str = "python", distill=None, objective="tv") -> str:
+def run_config(model: str, corpus: str = "python", distill=None, objective="tv", init=""):
+    """The train-mode ConfigDict of a zoo model (as `configs/train.py:<options>` builds it)."""
+    return train_config.get_config(_options(model, corpus, distill, objective, init))
+
+
+def train_command(model: str, corpus: str = "python", distill=None, objective="tv", init="") -> str:
     """The shell command that trains this zoo model."""
-    config = run_config(model, corpus, distill, objective)
-    arg = f"model={model},corpus={corpus}" + (
-        f",distill={distill},objective={objective}" if distill else ""
-    )
+    config = run_config(model, corpus, distill, objective, init)
+    arg = _options(model, corpus, distill, objective, init)
     return (
         f"python -m experiments.main --config=configs/train.py:{arg} --workdir=runs/{config.name}"
     )
 
 
-def model_dir(model: str, corpus: str = "python", distill=None, objective="tv") -> str:
+def model_dir(model: str, corpus: str = "python", distill=None, objective="tv", init="") -> str:
     """The cache directory the zoo model is exported to."""
-    return zoo.model_cache_dir(run_config(model, corpus, distill, objective).to_dict())
+    return zoo.model_cache_dir(run_config(model, corpus, distill, objective, init).to_dict())
 
 
-def load(model: str, corpus: str = "python", distill: str | None = None, objective: str = "tv"):
+def load(model: str, corpus: str = "python", distill=None, objective: str = "tv", init: str = ""):
     """Loads a trained zoo model.
 
     Args:
@@ -52,6 +55,7 @@ def load(model: str, corpus: str = "python", distill: str | None = None, objecti
       corpus: "python" or "shakespeare".
       distill: None for the data-trained model; a target size for the distilled draft.
       objective: the distillation objective (with `distill`).
+      init: "data" for the distillation that fine-tunes the data-trained draft; "" from scratch.
 
     Returns:
       (TransformerLM, params, meta).
@@ -59,11 +63,11 @@ def load(model: str, corpus: str = "python", distill: str | None = None, objecti
     Raises:
       FileNotFoundError: not trained yet; the message holds the command that trains it.
     """
-    path = model_dir(model, corpus, distill, objective)
+    path = model_dir(model, corpus, distill, objective, init)
     if not os.path.isdir(path):
         raise FileNotFoundError(
             f"{model} ({corpus}{', distilled' if distill else ''}) is not in the model cache "
-            f"({path}); train it with:\n  {train_command(model, corpus, distill, objective)}"
+            f"({path}); train it with:\n  {train_command(model, corpus, distill, objective, init)}"
         )
     return checkpoint.load_model(path)
 

@@ -15,6 +15,9 @@ cd "$(dirname "$0")/.."
 MODELS=${MODELS:-"target draft_l draft_m draft_s"}
 TARGET=${TARGET:-target}
 DISTILL=${DISTILL:-draft_m}
+# Distillation starts: "scratch" (random init, the draft's full steps) and "data" (fine-tune the
+# data-trained draft for a third of its steps).
+DISTILL_INITS=${DISTILL_INITS:-"data scratch"}
 CORPORA=("$@")
 if [ ${#CORPORA[@]} -eq 0 ]; then CORPORA=(python); fi
 
@@ -24,8 +27,12 @@ for corpus in "${CORPORA[@]}"; do
     python -m experiments.main --config="configs/train.py:model=$model,corpus=$corpus"
   done
   if [ -n "$DISTILL" ]; then
-    python -m experiments.main \
-      --config="configs/train.py:model=$DISTILL,corpus=$corpus,distill=$TARGET,objective=tv"
+    for init in $DISTILL_INITS; do
+      opt=""
+      if [ "$init" = data ]; then opt=",init=data"; fi
+      python -m experiments.main \
+        --config="configs/train.py:model=$DISTILL,corpus=$corpus,distill=$TARGET,objective=tv$opt"
+    done
   fi
   python scripts/zoo_alpha.py --corpus="$corpus" --target="$TARGET" \
     --json_out="runs/zoo-$corpus.json"

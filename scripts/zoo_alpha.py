@@ -4,7 +4,8 @@
 
 Rows: each trained model's parameters, tokens seen, training time and validation bits/byte
 (from its export's metadata); then alpha at temperature 0 (greedy) and 1 of each draft
-(draft_l/m/s, any distilled draft, bigram, unigram) for the target, on the validation
+(draft_l/m/s, any distilled draft -- from scratch or fine-tuned from the data-trained one --,
+bigram, unigram) for the target, on the validation
 split's fixed windows. Models that are not trained yet are listed with the command to train
 them. Takes a few minutes on a 2-core CPU (one target forward over the split, plus each draft's).
 """
@@ -48,12 +49,14 @@ def main(argv):
     for size in DRAFT_SIZES:
         if size == target_size:
             continue
-        variants = [(size, None, "tv")] + [
-            (f"{size} distilled ({o})", target_size, o) for o in OBJECTIVES
+        variants = [(size, None, "tv", "")] + [
+            (f"{size} distilled ({o}{', fine-tuned' if init else ''})", target_size, o, init)
+            for o in OBJECTIVES
+            for init in ("", "data")
         ]
-        for name, distill, objective in variants:
+        for name, distill, objective, init in variants:
             try:
-                model, params, meta = zoo.load(size, corpus, distill, objective)
+                model, params, meta = zoo.load(size, corpus, distill, objective, init)
             except FileNotFoundError as e:
                 if distill is None:  # distilled drafts are optional
                     print(f"[missing] {e}")
@@ -72,17 +75,17 @@ def main(argv):
     )
 
     print(f"\nZoo on {corpus} (validation: {val.size} tokens)")
-    print(f"{'model':24s} {'params':>9s} {'tokens':>8s} {'train min':>9s} {'val bits/byte':>13s}")
+    print(f"{'model':36s} {'params':>9s} {'tokens':>8s} {'train min':>9s} {'val bits/byte':>13s}")
     for name, meta in rows.items():
         params = model_config_from_dict(meta["model"]).num_params()
         print(
-            f"{name:24s} {params / 1e6:8.3f}M {meta['tokens_seen'] / 1e6:7.2f}M "
+            f"{name:36s} {params / 1e6:8.3f}M {meta['tokens_seen'] / 1e6:7.2f}M "
             f"{meta['train_seconds'] / 60:9.1f} {meta['eval']['bits_per_byte']:13.3f}"
         )
     print(f"\nalpha for {target_size} over {table['positions']} validation positions")
-    print(f"{'draft':24s} {'alpha t=0':>9s} {'alpha t=1':>9s}")
+    print(f"{'draft':36s} {'alpha t=0':>9s} {'alpha t=1':>9s}")
     for name in drafts:
-        print(f"{name:24s} {table[name]['alpha_t0']:9.3f} {table[name]['alpha_t1']:9.3f}")
+        print(f"{name:36s} {table[name]['alpha_t0']:9.3f} {table[name]['alpha_t1']:9.3f}")
     if _JSON_OUT.value:
         os.makedirs(os.path.dirname(os.path.abspath(_JSON_OUT.value)), exist_ok=True)
         summary = {

@@ -227,3 +227,47 @@ def test_configs_build_every_zoo_model():
     assert distilled.name == "draft_m-distill_tv-python"
     with pytest.raises(ValueError, match="Unknown config option"):
         train_config.get_config("modle=target")
+
+
+def test_distill_init_option_names_the_data_trained_draft():
+    ft = train_config.get_config("model=draft_m,distill=target,init=data")
+    data = train_config.get_config("model=draft_m")
+    assert ft.distill.init == os.path.basename(zoo.model_cache_dir(data.to_dict()))
+    assert ft.name == "draft_m-distill_tv_ft-python"
+    assert ft.num_steps == data.num_steps // 3
+    # Runs without init keep their fingerprint: the field is absent, not empty.
+    assert "init" not in train_config.get_config("model=draft_m,distill=target").distill
+    with pytest.raises(ValueError, match="init must be 'data'"):
+        train_config.get_config("model=draft_m,distill=target,init=scratch")
+    with pytest.raises(ValueError, match="init=data needs distill"):
+        train_config.get_config("model=draft_m,init=data")
+
+
+@pytest.mark.slow
+def test_distillation_starts_from_the_init_model(tmp_path, monkeypatch):
+    # Export a tiny "target" and a tiny "draft", then fine-tune the draft against the target
+    # with a negligible learning rate: the result stays within 1e-5 of the exported draft,
+    # while a from-scratch start is far from it.
+    monkeypatch.setenv("SPECJAX_CACHE", str(tmp_path / "cache"))
+    target = train_and_evaluate(_tiny_config(tmp_path, export=True), str(tmp_path / "t"))
+    draft_cfg = train_config.get_config("model=tiny_draft,steps=8")
+    draft_cfg.async_checkpoints, draft_cfg.export = False, True
+    draft = train_and_evaluate(draft_cfg, str(tmp_path / "d"))
+    ft = train_config.get_config("model=tiny_draft,steps=2")
+    ft.async_checkpoints = False
+    ft.distill.target = target["export_dir"]
+    ft.distill.init = draft["export_dir"]
+    ft.optim.warmup_steps, ft.optim.peak_lr, ft.optim.weight_decay = 1, 1e-8, 0.0
+    train_and_evaluate(ft, str(tmp_path / "ft"))
+    _, p_ft, _ = ckpt_lib.load_model(str(tmp_path / "ft"))
+    _, p_draft, _ = ckpt_lib.load_model(draft["export_dir"])
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=0), p_draft, p_ft)
+    scratch = TransformerLM(zoo.model_config(ft.model.to_dict(), VOCAB_SIZE)).init_params(
+        jax.random.PRNGKey(ft.seed)
+    )
+    gaps = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.abs(a - b).max()), scratch, p_ft))
+    assert max(gaps) > 1e-3
+    # A wrong-size init is refused with the option named.
+    ft.distill.init = target["export_dir"]
+    with pytest.raises(ValueError, match="config.distill.init"):
+        train_and_evaluate(ft, str(tmp_path / "ft2"))

@@ -25,6 +25,10 @@ DISTILLED_SUFFIX = "_distilled"
 def train_config(size: str, config, distill_from=None):
     """The configs/train.py config of one pipeline model.
 
+    A distilled draft starts from the same-size draft trained on data and is fine-tuned against
+    the target with the total-variation objective (aimed at α) for a third of its steps: from
+    scratch, distillation lost to data training at equal steps (experiments/leviathan2023/README).
+
     Args:
       size: a zoo size or one of `MINI_SIZES`.
       config: the pipeline config.
@@ -50,11 +54,19 @@ def train_config(size: str, config, distill_from=None):
     cfg.export = True
     cfg.ngrams = False
     if distill_from is not None:
-        target_dict = distill_from.to_dict()
-        cfg.distill.target = f"{target_dict['name']}-{zoo.run_fingerprint(target_dict)}"
+        data_trained = train_config(size, config)
+        cfg.distill.target = _cache_name(distill_from)
         cfg.distill.objective = "tv"
-        cfg.name = f"{cfg.name.split('-')[0]}-distill_tv-{config.corpus}"
+        cfg.distill.init = _cache_name(data_trained)
+        cfg.num_steps = max(data_trained.num_steps // 3, 1)
+        cfg.optim.warmup_steps = min(cfg.optim.warmup_steps, cfg.num_steps - 1)
+        cfg.name = f"{cfg.name.split('-')[0]}-distill_tv_ft-{config.corpus}"
     return cfg
+
+
+def _cache_name(cfg) -> str:
+    """The model-cache directory name `cfg` exports to."""
+    return f"{cfg.name}-{zoo.run_fingerprint(cfg.to_dict())}"
 
 
 def ensure_model(cfg, workdir: str, log=print):

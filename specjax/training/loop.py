@@ -154,6 +154,25 @@ def _resolve_target(path_or_name: str) -> str:
     return os.path.join(zoo.cache_root(), path_or_name)
 
 
+def _initial_params(path_or_name: str, abstract_params):
+    """Parameters of an exported model to start from, checked against this model's shapes."""
+    path = _resolve_target(path_or_name)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(
+            f"config.distill.init={path_or_name!r}: no exported model at {path}; train the "
+            "data-trained draft of the same size first"
+        )
+    _, params, _ = ckpt_lib.load_model(path)
+    want = jax.tree_util.tree_map(lambda x: (x.shape, x.dtype), abstract_params)
+    have = jax.tree_util.tree_map(lambda x: (x.shape, x.dtype), params)
+    if want != have:
+        raise ValueError(
+            f"config.distill.init={path_or_name!r}: its parameters do not match this model's "
+            "shapes/dtypes (another size or family?)"
+        )
+    return params
+
+
 class _Task:
     """What differs between plain training and distillation: the step and the evaluation."""
 
@@ -257,6 +276,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
     )
     if restored is None:
         params = model.init_params(jax.random.PRNGKey(config.seed))
+        if config.distill.get("init"):
+            params = _initial_params(config.distill.init, abstract_params)
         state = init_train_state(params, tx)
         seconds_before = 0.0
         if os.path.exists(metrics_path):
