@@ -74,7 +74,9 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
     config.cache_len = 256
 
     # Cost measurement: calls per timed loop and the context already in the cache.
-    config.cost_steps = 16
+    config.cost_steps = 64
+    # Loop iterations per timed loop when timing whole iterations (the loop model's I_ar, I_spec).
+    config.iteration_steps = 32
     config.cost_context = 64
     config.seed = 0
     return config

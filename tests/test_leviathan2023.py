@@ -34,6 +34,7 @@ def run_dir(tmp_path_factory):
     config.walltime_prompt_len = 8
     config.max_new_tokens = 12
     config.cost_steps = 2
+    config.iteration_steps = 2
     config.cost_context = 16
     workdir = str(tmp_path_factory.mktemp("lev"))
     try:
@@ -60,7 +61,7 @@ def test_pipeline_writes_every_artifact(run_dir):
         assert os.path.getsize(os.path.join(workdir, name)) > 0, name
     exported = sorted(os.listdir(os.path.join(cache, "models")))
     assert any(d.startswith("tiny_target-python-") for d in exported)
-    assert any(d.startswith("tiny_draft-distill_tv-python-") for d in exported)
+    assert any(d.startswith("tiny_draft-distill_tv_ft-python-") for d in exported)
 
 
 @pytest.mark.slow
@@ -85,6 +86,13 @@ def test_figures_are_consistent(run_dir):
             assert r["predicted_tokens_per_iteration"] == pytest.approx(float(expected))
             # At most γ + 1 tokens per iteration, at least one.
             assert r["gamma"] + 1 >= r["tokens_per_iteration"] >= 1.0
+            # The loop model recomputed from its own parts (N = max_new_tokens = 12).
+            e, n = r["predicted_tokens_per_iteration"], 12
+            loop = (r["ar_fixed_ms"] + (n - 1) * r["ar_iteration_ms"]) / (
+                r["spec_fixed_ms"] + (n / e - 1) * r["spec_iteration_ms"]
+            )
+            assert r["predicted_speedup_loop"] == pytest.approx(loop)
+            assert r["ar_iteration_ms"] > 0 and r["spec_iteration_ms"] > 0
     # Greedy α for the distilled draft is measured with argmax warpers: each β is 0 or 1.
     offsets = np.array(saved["alpha"]["0"]["tiny_draft"]["alpha_by_offset"])
     assert np.all((offsets >= 0) & (offsets <= 1))

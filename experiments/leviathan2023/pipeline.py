@@ -102,6 +102,7 @@ def measure_speedups(config, target, tparams, drafts, costs, val_tokens) -> dict
                 max_new_tokens=config.max_new_tokens,
                 cache_len=config.cache_len,
                 repeats=config.repeats,
+                iteration_steps=config.get("iteration_steps", 32),
                 seed=config.seed,
                 c=costs["c"][name],
                 t_target=costs["t_target"],

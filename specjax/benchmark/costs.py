@@ -80,3 +80,56 @@ def call_cost(
 def cost_curve(model, params, max_k: int, **kwargs) -> dict:
     """T(k) in seconds for k = 1..max_k (see `call_cost` for kwargs)."""
     return {k: call_cost(model, params, k, **kwargs).median for k in range(1, max_k + 1)}
+
+
+def _rewind(state, start):
+    """`state` with every length put back to `start`'s: the next step repeats the same position.
+
+    The token buffer and the caches' contents are carried (so their writes are real work, as in
+    the decoding loop); only the lengths, budgets and done flags go back.
+    """
+    state = state.replace(seq=start.seq.replace(tokens=state.seq.tokens))
+    for name in ("model_state", "target_state", "draft_state"):
+        if hasattr(state, name):
+            lengths = getattr(start, name).lengths
+            state = state.replace(**{name: getattr(state, name).replace(lengths=lengths)})
+    return state
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def _repeat_steps(decoder, params, state, steps):
+    """Runs `steps` loop iterations of `decoder` from the same position (fresh keys each)."""
+
+    def body(i, s):
+        del i
+        return _rewind(decoder.step(*params, s), state)
+
+    out = jax.lax.fori_loop(0, steps, body, state)
+    return out.seq.tokens, out.stats.emitted
+
+
+def iteration_cost(decoder, params: tuple, prompts, *, steps: int = 32, repeats: int = 5) -> Timing:
+    """Seconds per decoding-loop iteration of `decoder` (its whole `step`), measured in-loop.
+
+    Where `call_cost` times the model calls an iteration makes, this times everything the
+    loop does per iteration: the model calls plus sampling, warping, acceptance, the sequence
+    update, rollback and statistics. The difference is the loop's overhead, which the paper's
+    cost model (and `theory.measured_speedup`) leaves out.
+
+    Args:
+      decoder: an `AutoregressiveDecoder` or `SpeculativeDecoder`.
+      params: the positional parameter arguments of its `step`: (target_params,) or
+        (target_params, draft_params).
+      prompts: the prompts the iterations continue (as for `generate`).
+      steps: iterations per timed loop; each starts from the same prefilled state with a new
+        PRNG key (the step counter advances), so no iteration repeats another's work.
+      repeats: timed loops.
+
+    Returns:
+      Timing whose median is seconds per iteration.
+    """
+    budget = getattr(decoder, "gamma", 0) + 1  # one iteration's tokens fit: nothing truncates
+    tokens, lengths = decoder.prepare(prompts, budget)
+    state = jax.jit(decoder.init)(*params, tokens, lengths, jax.random.PRNGKey(0), budget, -1)
+    t = time_call(lambda: _repeat_steps(decoder, params, state, steps), repeats=repeats)
+    return Timing(t.median / steps, tuple(s / steps for s in t.samples))
