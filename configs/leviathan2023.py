@@ -66,11 +66,11 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
     config.temperatures = "0,1"
 
     # Walltime: prompts decoded at batch 1 (as in the paper) for each γ.
-    config.gammas = options.get("gammas", "1/2/3/4/6/8" if tiny else "1/2/3/4/5/6/7/8")
-    config.walltime_prompts = 3 if tiny else 4
+    config.gammas = options.get("gammas", "1/2/3/4/6/8")
+    config.walltime_prompts = 3 if tiny else 2
     config.walltime_prompt_len = 32
     config.max_new_tokens = 64 if tiny else 128
-    config.repeats = int(options.get("repeats", 3 if tiny else 5))
+    config.repeats = int(options.get("repeats", 3))
     config.cache_len = 256
 
     # Cost measurement: calls per timed loop and the context already in the cache.
