@@ -15,9 +15,9 @@ cd "$(dirname "$0")/.."
 MODELS=${MODELS:-"target draft_l draft_m draft_s"}
 TARGET=${TARGET:-target}
 DISTILL=${DISTILL:-draft_m}
-# Distillation starts: "scratch" (random init, the draft's full steps) and "data" (fine-tune the
-# data-trained draft for a third of its steps).
-DISTILL_INITS=${DISTILL_INITS:-"data scratch"}
+# Distillation starts, space-separated: "data" (fine-tune the data-trained draft for a third of
+# its steps: the default, and the better draft) and/or "scratch" (random init, full steps).
+DISTILL_INITS=${DISTILL_INITS:-data}
 CORPORA=("$@")
 if [ ${#CORPORA[@]} -eq 0 ]; then CORPORA=(python); fi
 

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from absl import app, flags
+from absl import app, flags, logging
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -39,6 +39,7 @@ OBJECTIVES = ("tv", "kl")
 
 def main(argv):
     del argv
+    logging.set_verbosity(logging.WARNING)  # orbax logs every restore at INFO
     corpus, target_size = _CORPUS.value, _TARGET.value
     try:
         target, tparams, tmeta = zoo.load(target_size, corpus)
