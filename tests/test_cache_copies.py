@@ -60,3 +60,26 @@ def test_speculative_loop_has_no_cache_copies():
     )
     assert "while" in hlo
     assert _cache_copies(hlo, f"1,{CACHE_LEN},2,16") == 0
+
+
+def _spec_hlo(unroll_draft):
+    lm, params = _model()
+    dec = speculative.SpeculativeDecoder(
+        lm, lm, 3, make_warper(1.0), cache_len=CACHE_LEN, unroll_draft=unroll_draft
+    )
+    tokens, lengths = dec.prepare([np.arange(5)], 16)
+    return (
+        speculative._generate_jit.lower(
+            dec, params, params, tokens, lengths, jax.random.PRNGKey(0), 16, -1
+        )
+        .compile()
+        .as_text()
+    )
+
+
+def test_transformer_draft_scan_is_unrolled_by_default_and_copies_nothing():
+    # A rolled draft scan carries the draft cache through a loop and XLA:CPU copies it in each
+    # step; the default (unroll for cached drafts) must leave no cache copies at all.
+    assert _cache_copies(_spec_hlo(None), f"1,{CACHE_LEN},2,16") == 0
+    # The control shows the check can fail: forcing the rolled scan brings the copies back.
+    assert _cache_copies(_spec_hlo(False), f"1,{CACHE_LEN},2,16") > 0

@@ -77,6 +77,10 @@ class SpeculativeDecoder:
       warper: applied to both models' logits (temperature 0 = greedy).
       cache_len: positions per row in caches and the output buffer.
       min_bucket: smallest padded prompt width.
+      unroll_draft: unroll the draft's γ-step `lax.scan` (True), keep it a loop (False), or
+        None: unroll when the draft is a transformer with a KV cache. A rolled scan carries the
+        draft cache through a loop, and XLA:CPU copies it in every step (2 copies per layer);
+        unrolled, the writes stay in place. Costs compile time that grows with γ.
     """
 
     target: Any
@@ -85,6 +89,7 @@ class SpeculativeDecoder:
     warper: Warper
     cache_len: int = 512
     min_bucket: int = 16
+    unroll_draft: bool | None = None
 
     def __post_init__(self):
         check_pair(self.target, self.draft)
@@ -141,8 +146,11 @@ class SpeculativeDecoder:
             nxt = sample_from_probs(jax.random.fold_in(key, i), q)
             return (d_state, nxt), (nxt, q)
 
+        unroll = self.unroll_draft
+        if unroll is None:
+            unroll = any(getattr(leaf, "ndim", 0) >= 3 for leaf in jax.tree.leaves(d_state))
         (d_state, _), (xs, qs) = jax.lax.scan(
-            one_step, (d_state, x0), jnp.arange(1, self.gamma)
+            one_step, (d_state, x0), jnp.arange(1, self.gamma), unroll=bool(unroll)
         )  # xs [gamma - 1, batch], qs [gamma - 1, batch, vocab]
         tokens = jnp.concatenate([x0[:, None], xs.T], axis=1)  # [batch, gamma]
         probs = jnp.concatenate([q0[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)
