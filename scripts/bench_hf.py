@@ -17,10 +17,9 @@ threshold 0 so the assistant always drafts γ). All four outputs must be the sam
 (greedy is lossless); the script says so or stops. Prints ms/token, the speculative speedups,
 the two ratios the project's goals are stated in, and the measured α.
 
-On our 2-core EPYC the default run with --threads=1 took 2.5 min (other jobs sharing the cores).
-Under load from other jobs torch's OpenMP threads spin-wait and slow down ~10x while XLA's do
-not, so default-thread figures are void on a shared machine: use --threads=1 there and read the
-CPU-ms columns.
+On our 2-core EPYC a default run takes about 1 minute on an idle machine. Under load from other
+jobs torch's OpenMP threads spin-wait and slow down ~10x while XLA's do not, so default-thread
+figures are void on a shared machine: use --threads=1 there (one core for the whole process).
 
 Draft choices (random weights have no knowledge, so α comes from the construction):
   truncated:K  the target's first K blocks + its final norm and (tied) head: α high
@@ -57,8 +56,8 @@ _INIT_STD = flags.DEFINE_float(
 _THREADS = flags.DEFINE_integer(
     "threads",
     0,
-    "0: each framework's default threads. 1: one thread each (torch.set_num_threads(1), XLA "
-    "without its Eigen pool): CPU seconds then measure work even on a shared, loaded machine.",
+    "0: each framework's default threads (all cores). 1: the process pinned to one core and "
+    "torch.set_num_threads(1): a one-core comparison, usable on a shared machine.",
 )
 _TARGET_DIR = flags.DEFINE_string("target_dir", None, "Use this local HF checkpoint as target.")
 _DRAFT_DIR = flags.DEFINE_string("draft_dir", None, "Use this local HF checkpoint as draft.")
@@ -189,11 +188,9 @@ def main(argv):
 
     if _THREADS.value == 1:
         torch.set_num_threads(1)
-        # Read when the JAX backend starts (first computation, below), not at import.
-        flags_now = os.environ.get("XLA_FLAGS", "")
-        os.environ["XLA_FLAGS"] = (
-            f"{flags_now} --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-        )
+        # XLA:CPU kept two threads busy with its flags alone (CPU time ~1.9x wall), so the whole
+        # process is pinned to one core: both frameworks then really run on one.
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     elif _THREADS.value != 0:
         raise app.UsageError(f"--threads must be 0 or 1, got {_THREADS.value}")
 
