@@ -190,4 +190,4 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 def _cache_name(size: str, corpus: str, tiny: bool) -> str:
     """The model-cache directory name of the data-trained `size` on `corpus`."""
     config = get_config(f"model={size},corpus={corpus}" + (",tiny" if tiny else ""))
-    return f"{config.name}-{zoo.run_fingerprint(config.to_dict())}"
+    return zoo.model_cache_name(config.to_dict())

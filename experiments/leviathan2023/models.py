@@ -55,18 +55,13 @@ def train_config(size: str, config, distill_from=None):
     cfg.ngrams = False
     if distill_from is not None:
         data_trained = train_config(size, config)
-        cfg.distill.target = _cache_name(distill_from)
+        cfg.distill.target = zoo.model_cache_name(distill_from.to_dict())
         cfg.distill.objective = "tv"
-        cfg.distill.init = _cache_name(data_trained)
+        cfg.distill.init = zoo.model_cache_name(data_trained.to_dict())
         cfg.num_steps = max(data_trained.num_steps // 3, 1)
         cfg.optim.warmup_steps = min(cfg.optim.warmup_steps, cfg.num_steps - 1)
         cfg.name = f"{cfg.name.split('-')[0]}-distill_tv_ft-{config.corpus}"
     return cfg
-
-
-def _cache_name(cfg) -> str:
-    """The model-cache directory name `cfg` exports to."""
-    return f"{cfg.name}-{zoo.run_fingerprint(cfg.to_dict())}"
 
 
 def ensure_model(cfg, workdir: str, log=print):

@@ -275,9 +275,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
         abstract_params, jax.eval_shape(tx.init, abstract_params)
     )
     if restored is None:
-        params = model.init_params(jax.random.PRNGKey(config.seed))
         if config.distill.get("init"):
             params = _initial_params(config.distill.init, abstract_params)
+        else:
+            params = model.init_params(jax.random.PRNGKey(config.seed))
         state = init_train_state(params, tx)
         seconds_before = 0.0
         if os.path.exists(metrics_path):

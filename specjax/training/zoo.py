@@ -104,6 +104,11 @@ def cache_root() -> str:
     return os.path.join(root, "models")
 
 
+def model_cache_name(config_dict: dict) -> str:
+    """The model-cache directory name of a run: `<name>-<fingerprint>`."""
+    return f"{config_dict['name']}-{run_fingerprint(config_dict)}"
+
+
 def model_cache_dir(config_dict: dict) -> str:
     """Where a finished run with this config exports its parameters (see module docstring)."""
-    return os.path.join(cache_root(), f"{config_dict['name']}-{run_fingerprint(config_dict)}")
+    return os.path.join(cache_root(), model_cache_name(config_dict))
