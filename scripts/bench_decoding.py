@@ -187,8 +187,7 @@ def measure() -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from specjax.decoding import autoregressive, speculative
-    from specjax.decoding.acceptance import speculative_accept
+    from specjax.decoding import autoregressive, loop, speculative
     from specjax.decoding.sampling import make_warper, sample_from_probs
 
     gamma, batch, new = _GAMMA.value, _BATCH.value, _NEW.value
@@ -250,7 +249,7 @@ def measure() -> dict:
         return new_state.replace(lengths=state.lengths), x.astype(jnp.float32)
 
     def accept_part(state, i):
-        out, n = speculative_accept(jax.random.fold_in(key, i), (drafted + i) % vocab, q, p)
+        out, n = spec.accept(jax.random.fold_in(key, i), (drafted + i) % vocab, q, p)
         return state, (out.sum() + n.sum()).astype(jnp.float32)
 
     parts = {
@@ -274,15 +273,15 @@ def measure() -> dict:
         fn = jax.jit(lambda s: jax.lax.fori_loop(0, inner, body, (s, jnp.zeros(()))))
         return lambda: fn(state)
 
-    s_ar = autoregressive._init_jit(ar, tp, tokens, lengths, key, new, -1)
-    s_spec = speculative._init_jit(spec, tp, dp, tokens, lengths, key, new, -1)
+    s_ar = loop.init_jit(ar, (tp,), tokens, lengths, key, new, -1)
+    s_spec = loop.init_jit(spec, (tp, dp), tokens, lengths, key, new, -1)
     calls = {
         "ar_loop": lambda: ar.generate(tp, prompts, key, new).tokens,
         "spec_loop": lambda: spec.generate(tp, dp, prompts, key, new).tokens,
         "target_prefill": lambda: prefill(target, tp, tokens, lengths),
         "draft_prefill": lambda: prefill(draft, dp, tokens, lengths),
-        "ar_full_step": lambda: autoregressive._step_jit(ar, tp, s_ar),
-        "spec_full_step": lambda: speculative._step_jit(spec, tp, dp, s_spec),
+        "ar_full_step": lambda: loop.step_jit(ar, (tp,), s_ar),
+        "spec_full_step": lambda: loop.step_jit(spec, (tp, dp), s_spec),
     }
     for name, (part, state) in parts.items():
         calls[name] = dispatched(part, state)
@@ -351,11 +350,11 @@ def measure() -> dict:
     if hasattr(draft, "config"):
         cache_shapes["draft"] = (batch, cache_len, draft.config.num_kv_heads, draft.config.head_dim)
     hlo = {
-        "ar_step": autoregressive._step_jit.lower(ar, tp, s_ar).compile().as_text(),
-        "ar_loop": autoregressive._generate_jit.lower(ar, tp, tokens, lengths, key, new, -1)
+        "ar_step": loop.step_jit.lower(ar, (tp,), s_ar).compile().as_text(),
+        "ar_loop": loop.generate_jit.lower(ar, (tp,), tokens, lengths, key, new, -1)
         .compile()
         .as_text(),
-        "spec_loop": speculative._generate_jit.lower(spec, tp, dp, tokens, lengths, key, new, -1)
+        "spec_loop": loop.generate_jit.lower(spec, (tp, dp), tokens, lengths, key, new, -1)
         .compile()
         .as_text(),
     }

@@ -65,3 +65,20 @@ def check_probabilities(name: str, x, atol: float = 1e-2) -> None:
             f"{name} rows must sum to 1; row {where} sums to {sums[tuple(where)]:.6f} "
             "(pass probabilities, not logits)"
         )
+
+
+def check_shape(name: str, x, shape: tuple, layout: str) -> None:
+    """Raises ValueError naming `name` unless `x.shape == shape`."""
+    got = tuple(getattr(x, "shape", ()))
+    if got != tuple(shape):
+        raise ValueError(f"{name} must have shape {layout} = {list(shape)}; got {list(got)}")
+
+
+def value_range(x) -> tuple[int, int]:
+    """(min, max) of a concrete integer array, computed on the host.
+
+    On the host, not with `jnp.min`: inside a jit trace even a constant array's `jnp.min` is
+    staged into the program and cannot be read.
+    """
+    arr = np.asarray(jax.device_get(x))
+    return int(arr.min()), int(arr.max())

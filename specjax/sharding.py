@@ -25,7 +25,8 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from specjax.models.kv_cache import KVCache
+from specjax.models.interface import state_logical_axes
+from specjax.models.kv_cache import CACHE_AXES  # noqa: F401  (its old home; now beside the cache)
 
 DEFAULT_AXES = ("data", "model")
 
@@ -43,9 +44,6 @@ DEFAULT_RULES = (
     ("kv", None),
     ("length", None),
 )
-
-# Axes of one KV cache buffer [batch, max_len, kv_heads, head_dim].
-CACHE_AXES = ("batch", "length", "kv_heads", "kv")
 
 
 def resolve_mesh_shape(shape: Sequence[int], num_devices: int) -> tuple[int, ...]:
@@ -215,10 +213,11 @@ def _logical_axes(model):
 
 
 def state_shardings(state, mesh: Mesh, rules):
-    """Shardings of a model's decoding state (its KV cache or equivalent).
+    """Shardings of a decoding state (a model's KV cache, a loop state, ...).
 
-    KV caches split rows by `batch` and heads by `kv_heads`; any other model state (n-gram
-    lengths, prompt-lookup history) has per-row leaves that split by `batch` only.
+    The state declares its logical axes (`logical_axes()`, e.g. a KV cache: rows on `batch`,
+    heads on `kv_heads`); a state that does not is taken as per-row arrays, split by `batch`
+    only (n-gram lengths, prompt-lookup history). See `models.interface.state_logical_axes`.
 
     Args:
       state: the state or its abstract shapes.
@@ -229,14 +228,28 @@ def state_shardings(state, mesh: Mesh, rules):
       A pytree like `state` of NamedSharding.
     """
     check_rules(mesh, rules)
-    if isinstance(state, KVCache):
-        cache = lambda x: logical_sharding(CACHE_AXES, x.shape, mesh, rules)  # noqa: E731
-        return KVCache(
-            keys=tuple(cache(k) for k in state.keys),
-            values=tuple(cache(v) for v in state.values),
-            lengths=logical_sharding(("batch",), state.lengths.shape, mesh, rules),
-        )
-    return jax.tree.map(lambda x: batch_sharding(mesh, rules, x.shape), state)
+    return axes_to_shardings(state_logical_axes(state), state, mesh, rules)
+
+
+def axes_to_shardings(axes, tree, mesh: Mesh, rules):
+    """Maps a pytree of logical-axis PartitionSpecs (like `tree`) to NamedShardings.
+
+    Args:
+      axes: a pytree like `tree` whose leaves are PartitionSpecs of logical axis names.
+      tree: the arrays (concrete, traced or abstract); their shapes decide which splits fit.
+      mesh: the Mesh.
+      rules: logical-axis rules.
+
+    Returns:
+      A pytree like `tree` of NamedSharding.
+    """
+    is_spec = lambda x: isinstance(x, PartitionSpec)  # noqa: E731
+    return jax.tree.map(
+        lambda spec, x: logical_sharding(tuple(spec), x.shape, mesh, rules),
+        axes,
+        tree,
+        is_leaf=is_spec,
+    )
 
 
 def batch_sharding(mesh: Mesh, rules, shape: Sequence[int] | int) -> NamedSharding:

@@ -146,13 +146,18 @@ class Samples:
     Attributes:
       pairs: int [num_samples, 2] first two tokens of the emitted stream.
       num_accepted: int [num_samples] drafts accepted by the first call.
-      last: int [num_samples] the first call's token at position gamma + 1 (the bonus token where
-        num_accepted == gamma, the fill value elsewhere).
+      first_call: int [num_samples, gamma + 1] every token the first call returned.
     """
 
     pairs: np.ndarray
     num_accepted: np.ndarray
-    last: np.ndarray
+    first_call: np.ndarray
+
+    @property
+    def last(self) -> np.ndarray:
+        """int [num_samples] the first call's token at position gamma + 1 (the bonus token where
+        num_accepted == gamma, the fill value elsewhere)."""
+        return self.first_call[:, -1]
 
 
 @functools.partial(jax.jit, static_argnames=("accept_fn", "deterministic", "num_chunks", "chunk"))
@@ -175,13 +180,13 @@ def _sample(key, target, draft_probs, cdf, *, accept_fn, deterministic, num_chun
         # tokens1[0, :n1 + 1] are emitted; if that is one token, the stream continues with the
         # second call, which starts at position 2.
         second = jnp.where(n1[0] >= 1, tokens1[0, 1], tokens2[0, 0])
-        return jnp.stack([tokens1[0, 0], second]), n1[0], tokens1[0, gamma]
+        return jnp.stack([tokens1[0, 0], second]), n1[0], tokens1[0]
 
     def run_chunk(key):
         return jax.vmap(one)(jax.random.split(key, chunk))
 
-    pairs, n, last = jax.lax.map(run_chunk, jax.random.split(key, num_chunks))
-    return pairs.reshape(-1, 2), n.reshape(-1), last.reshape(-1)  # [N, 2], [N], [N]
+    pairs, n, first = jax.lax.map(run_chunk, jax.random.split(key, num_chunks))
+    return pairs.reshape(-1, 2), n.reshape(-1), first.reshape(-1, gamma + 1)
 
 
 def sample_case(
@@ -203,7 +208,7 @@ def sample_case(
     if num_samples % CHUNK:
         raise ValueError(f"num_samples must be a multiple of {CHUNK}; got {num_samples}")
     draft_probs = case.draft_probs if case.draft_probs is not None else case.target[:0]
-    pairs, n, last = _sample(
+    pairs, n, first = _sample(
         jax.random.key(seed),
         jnp.asarray(case.target),
         jnp.asarray(draft_probs),
@@ -213,7 +218,7 @@ def sample_case(
         num_chunks=num_samples // CHUNK,
         chunk=CHUNK,
     )
-    return Samples(np.asarray(pairs), np.asarray(n), np.asarray(last))
+    return Samples(np.asarray(pairs), np.asarray(n), np.asarray(first))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,13 +6,13 @@ import pytest
 from decoding_setup import GAMMA, PROMPTS, SAMPLING, ar_decoder, drafts, spec_decoder, target_params
 
 from specjax.benchmark import costs
-from specjax.decoding.speculative import _step_jit
+from specjax.decoding import loop
 
 
 def _start(decoder, params, prompts):
-    budget = getattr(decoder, "gamma", 0) + 1
-    tokens, lengths = decoder.prepare(prompts, budget)
-    return jax.jit(decoder.init)(*params, tokens, lengths, jax.random.PRNGKey(0), budget, -1)
+    budget = decoder.tokens_per_step
+    tokens, lengths = loop.prepare(decoder, prompts, budget)
+    return loop.init_jit(decoder, params, tokens, lengths, jax.random.PRNGKey(0), budget, -1)
 
 
 def test_repeated_iterations_restart_from_the_same_position():
@@ -22,7 +22,7 @@ def test_repeated_iterations_restart_from_the_same_position():
     start = _start(spec, params, [PROMPTS[0]])
     # One repeated step is exactly one decoding step.
     tokens, emitted = costs._repeat_steps(spec, params, start, 1)
-    once = _step_jit(spec, *params, start)
+    once = loop.step_jit(spec, params, start)
     np.testing.assert_array_equal(tokens, once.seq.tokens)
     np.testing.assert_array_equal(emitted, once.stats.emitted)
     # Many: every iteration emits 1..γ+1 tokens at the same position, with fresh keys (the

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 
 import specjax  # noqa: F401  (sets XLA_FLAGS before the backend starts)
-from specjax.decoding import autoregressive, speculative
+from specjax.decoding import autoregressive, loop, speculative
 from specjax.decoding.sampling import make_warper
 from specjax.models import NgramLM, TransformerConfig, TransformerLM, fit_ngram
 
@@ -35,9 +35,7 @@ def test_autoregressive_loop_has_no_cache_copies():
     dec = autoregressive.AutoregressiveDecoder(lm, make_warper(0), cache_len=CACHE_LEN)
     tokens, lengths = dec.prepare([np.arange(5)], 16)
     hlo = (
-        autoregressive._generate_jit.lower(
-            dec, params, tokens, lengths, jax.random.PRNGKey(0), 16, -1
-        )
+        loop.generate_jit.lower(dec, (params,), tokens, lengths, jax.random.PRNGKey(0), 16, -1)
         .compile()
         .as_text()
     )
@@ -52,8 +50,8 @@ def test_speculative_loop_has_no_cache_copies():
     dec = speculative.SpeculativeDecoder(lm, draft, 3, make_warper(0), cache_len=CACHE_LEN)
     tokens, lengths = dec.prepare([np.arange(5)], 16)
     hlo = (
-        speculative._generate_jit.lower(
-            dec, params, dparams, tokens, lengths, jax.random.PRNGKey(0), 16, -1
+        loop.generate_jit.lower(
+            dec, (params, dparams), tokens, lengths, jax.random.PRNGKey(0), 16, -1
         )
         .compile()
         .as_text()
@@ -69,8 +67,8 @@ def _spec_hlo(unroll_draft):
     )
     tokens, lengths = dec.prepare([np.arange(5)], 16)
     return (
-        speculative._generate_jit.lower(
-            dec, params, params, tokens, lengths, jax.random.PRNGKey(0), 16, -1
+        loop.generate_jit.lower(
+            dec, (params, params), tokens, lengths, jax.random.PRNGKey(0), 16, -1
         )
         .compile()
         .as_text()

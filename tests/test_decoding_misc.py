@@ -21,7 +21,7 @@ from decoding_setup import (
     target_params,
 )
 
-from specjax.decoding import autoregressive, speculative
+from specjax.decoding import autoregressive, loop
 from specjax.decoding.sampling import make_warper
 from specjax.decoding.speculative import SpeculativeDecoder
 from specjax.models import NgramLM, TransformerConfig, TransformerLM
@@ -128,14 +128,16 @@ def test_rollback_leaves_caches_equal_to_a_fresh_prefill(spec):
     decoder, draft_params = spec
     params = target_params()
     tokens, lengths = decoder.prepare(list(PROMPTS), MAX_NEW)
-    s = speculative._init_jit(decoder, params, draft_params, tokens, lengths, KEY, MAX_NEW, -1)
+    pair = (params, draft_params)
+    s = loop.init_jit(decoder, pair, tokens, lengths, KEY, MAX_NEW, -1)
     rejected_somewhere = False
     for _ in range(4):
         before = s.seq.lengths
-        s = speculative._step_jit(decoder, params, draft_params, s)
+        s = loop.step_jit(decoder, pair, s)
         seq_len = np.asarray(s.seq.lengths)
         rejected_somewhere |= bool((np.asarray(s.seq.lengths - before) < GAMMA + 1).any())
-        t_len, d_len = np.asarray(s.target_state.lengths), np.asarray(s.draft_state.lengths)
+        target_state, draft_state = s.model_states
+        t_len, d_len = np.asarray(target_state.lengths), np.asarray(draft_state.lengths)
         np.testing.assert_array_equal(t_len, seq_len - 1)
         assert set((seq_len - d_len).tolist()) <= {1, 2}
 
@@ -143,11 +145,11 @@ def test_rollback_leaves_caches_equal_to_a_fresh_prefill(spec):
         _, fresh_draft = _fresh_forward(TARGET, draft_params, s.seq.tokens, s.seq.lengths)
         for b in range(len(PROMPTS)):
             for mine, ref in zip(
-                s.target_state.keys + s.target_state.values, fresh.keys + fresh.values, strict=True
+                target_state.keys + target_state.values, fresh.keys + fresh.values, strict=True
             ):
                 np.testing.assert_allclose(mine[b, : t_len[b]], ref[b, : t_len[b]], atol=1e-5)
             for mine, ref in zip(
-                s.draft_state.keys + s.draft_state.values,
+                draft_state.keys + draft_state.values,
                 fresh_draft.keys + fresh_draft.values,
                 strict=True,
             ):
@@ -155,7 +157,7 @@ def test_rollback_leaves_caches_equal_to_a_fresh_prefill(spec):
 
         # Feeding each row's last token to the rolled-back cache = the full pass at L - 1.
         last = jnp.take_along_axis(s.seq.tokens, s.seq.lengths[:, None] - 1, axis=1)  # [b, 1]
-        logits, _ = _forward(TARGET, params, s.target_state, last, jnp.ones((4,), jnp.int32))
+        logits, _ = _forward(TARGET, params, target_state, last, jnp.ones((4,), jnp.int32))
         expected = np.take_along_axis(
             np.asarray(fresh_logits), (seq_len - 1)[:, None, None], axis=1
         )
@@ -169,8 +171,7 @@ def test_rollback_leaves_caches_equal_to_a_fresh_prefill(spec):
 def test_no_recompilation_for_new_prompts_in_bucket_or_new_budget(ar, spec, ar_result, spec_result):
     decoder, draft_params = spec
     params = target_params()
-    spec_programs = speculative._generate_jit._cache_size()
-    ar_programs = autoregressive._generate_jit._cache_size()
+    programs = loop.generate_jit._cache_size()  # one jit cache serves every decoder
     other_prompts = [  # same batch size and bucket, other lengths and tokens
         np.array([3, 1, 4, 1, 5, 9, 2, 6]),
         np.arange(16) % V,
@@ -180,18 +181,17 @@ def test_no_recompilation_for_new_prompts_in_bucket_or_new_budget(ar, spec, ar_r
     for max_new in (3, 11, MAX_NEW - 1):
         decoder.generate(params, draft_params, other_prompts, KEY, max_new, eos_id=5)
         ar.generate(params, other_prompts, KEY, max_new)
-    assert speculative._generate_jit._cache_size() == spec_programs
-    assert autoregressive._generate_jit._cache_size() == ar_programs
+    assert loop.generate_jit._cache_size() == programs
     # The counter does see new programs: a 17-token prompt falls into the 32-token bucket (shown
     # with a bigram "target", which compiles in a fraction of the transformer's time).
     cheap = autoregressive.AutoregressiveDecoder(NgramLM(V), SAMPLING, cache_len=CACHE_LEN)
     bigram_params = drafts()["bigram"][1]
     cheap.generate(bigram_params, [np.arange(16) % V], KEY, 5)
-    before = autoregressive._generate_jit._cache_size()
+    before = loop.generate_jit._cache_size()
     cheap.generate(bigram_params, [np.arange(15) % V], KEY, 7)
-    assert autoregressive._generate_jit._cache_size() == before
+    assert loop.generate_jit._cache_size() == before
     cheap.generate(bigram_params, [np.arange(17) % V], KEY, 5)
-    assert autoregressive._generate_jit._cache_size() == before + 1
+    assert loop.generate_jit._cache_size() == before + 1
 
 
 # -- EOS and token budgets ---------------------------------------------------------------------

@@ -175,7 +175,7 @@ def test_put_and_to_host_round_trip():
 def test_sharded_decoder_checks_its_arguments():
     mesh = sh.make_mesh((-1, 1))
     decoder = AutoregressiveDecoder(tiny_llama(), make_warper(temperature=0.0), cache_len=32)
-    with pytest.raises(TypeError, match="AutoregressiveDecoder or SpeculativeDecoder"):
+    with pytest.raises(TypeError, match="decoder of the loop driver"):
         ShardedDecoder(object(), mesh)
     with pytest.raises(ValueError, match="names mesh axis 'tensor'"):
         ShardedDecoder(decoder, mesh, rules=(("batch", "tensor"),))

@@ -25,9 +25,10 @@ import jax
 from specjax import theory
 from specjax.benchmark.costs import iteration_cost
 from specjax.benchmark.timing import interleaved
+from specjax.decoding import loop as decoding_loop
 from specjax.decoding.autoregressive import AutoregressiveDecoder
 from specjax.decoding.speculative import SpeculativeDecoder
-from specjax.decoding.state import summarize_stats
+from specjax.decoding.stats import summarize_stats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +89,7 @@ def measure_walltime(
     c: float | None = None,
     t_target: dict | None = None,
     t_draft: float | None = None,
+    make_decoder=None,
     log=print,
 ) -> list[WalltimeRow]:
     """Times autoregressive and speculative generation for each γ.
@@ -106,6 +108,9 @@ def measure_walltime(
       c: measured draft/target step-cost ratio, for the paper's formula (None: skip).
       t_target: {k: seconds} verification cost curve, for the measured-cost model (None: skip).
       t_draft: seconds per draft step, for the measured-cost model.
+      make_decoder: gamma -> the speculative decoder to time (any decoder of the loop driver
+        taking (target_params, draft_params), e.g. another drafter or acceptance rule); None:
+        `SpeculativeDecoder(target, draft, gamma, warper, cache_len=cache_len)`.
       log: progress printer.
 
     Returns:
@@ -115,32 +120,28 @@ def measure_walltime(
     batches = [prompts[i : i + batch_size] for i in range(0, len(prompts), batch_size)]
     ar = AutoregressiveDecoder(target, warper, cache_len=cache_len)
     rows = []
+    if make_decoder is None:
+
+        def make_decoder(gamma):
+            return SpeculativeDecoder(target, draft, gamma, warper, cache_len=cache_len)
+
+    pair = (target_params, draft_params)
+
+    def run(decoder, params, batch, budget):
+        return decoding_loop.generate(decoder, params, batch, key, budget)
+
     ar_iter = iteration_cost(ar, (target_params,), batches[0], steps=iteration_steps).median
     for gamma in gammas:
-        spec = SpeculativeDecoder(target, draft, gamma, warper, cache_len=cache_len)
+        spec = make_decoder(gamma)
         calls = {
-            "ar": lambda: [
-                ar.generate(target_params, b, key, max_new_tokens).tokens for b in batches
-            ],
-            "spec": lambda spec=spec: [
-                spec.generate(target_params, draft_params, b, key, max_new_tokens).tokens
-                for b in batches
-            ],
-            "ar_fixed": lambda: [ar.generate(target_params, b, key, 1).tokens for b in batches],
-            "spec_fixed": lambda spec=spec: [
-                spec.generate(target_params, draft_params, b, key, 1).tokens for b in batches
-            ],
+            "ar": lambda: [run(ar, (target_params,), b, max_new_tokens).tokens for b in batches],
+            "spec": lambda spec=spec: [run(spec, pair, b, max_new_tokens).tokens for b in batches],
+            "ar_fixed": lambda: [run(ar, (target_params,), b, 1).tokens for b in batches],
+            "spec_fixed": lambda spec=spec: [run(spec, pair, b, 1).tokens for b in batches],
         }
         timings = interleaved(calls, repeats=repeats)
-        spec_iter = iteration_cost(
-            spec, (target_params, draft_params), batches[0], steps=iteration_steps
-        ).median
-        summary = summarize_stats(
-            [
-                spec.generate(target_params, draft_params, b, key, max_new_tokens).stats
-                for b in batches
-            ]
-        )
+        spec_iter = iteration_cost(spec, pair, batches[0], steps=iteration_steps).median
+        summary = summarize_stats([run(spec, pair, b, max_new_tokens).stats for b in batches])
         emitted = summary["tokens_emitted"]
         ar_ms = timings["ar"].median * 1e3 / emitted
         spec_ms = timings["spec"].median * 1e3 / emitted

@@ -11,8 +11,15 @@ A deterministic draft (greedy draft, n-gram argmax, prompt lookup) has q = point
 the rule reads "accept with probability p(x); on rejection sample p with x removed", which is what
 `draft_probs=None` computes, by the same code path.
 
+A row may draft fewer than γ tokens (`num_drafted`: a prompt-lookup miss, an adaptive γ): its
+positions past num_drafted are never accepted, and if it accepts all it drafted, its extra token
+is the bonus from p at its own length, p_{num_drafted + 1} (q there is "nothing drafted", i.e.
+zero, so the residual formula gives p itself).
+
 Everything is static-shaped and branch-free: acceptance is a mask, the rejection position an index,
-so the function jits once per (batch, γ, vocab) and runs inside `lax.while_loop`.
+so the function jits once per (batch, γ, vocab) and runs inside `lax.while_loop`. The decoders
+take the rule as a static field (`SpeculativeDecoder(..., accept=speculative_accept)`), so any
+function with this signature and return is a drop-in verifier.
 """
 
 from __future__ import annotations
@@ -29,7 +36,6 @@ def residual_distribution(target_probs: jax.Array, draft_probs: jax.Array) -> ja
 
     The residual has zero mass only where p == q (up to rounding); rejection then has probability
     zero, so any distribution is correct — p is chosen so the output stays a distribution.
-    Also used by tree verification, where each rejected sibling updates the residual.
 
     Args:
       target_probs: [..., vocab] p (float32).
@@ -50,7 +56,7 @@ def _normalise(probs: jax.Array) -> jax.Array:
     return probs / jnp.where(mass > 0, mass, 1.0)
 
 
-def _check_args(draft_tokens, draft_probs, target_probs) -> None:
+def _check_args(draft_tokens, draft_probs, target_probs, num_drafted) -> None:
     checks.check_rank("draft_tokens", draft_tokens, 2, "[batch, gamma]")
     checks.check_int("draft_tokens", draft_tokens)
     checks.check_rank("target_probs", target_probs, 3, "[batch, gamma + 1, vocab]")
@@ -82,8 +88,21 @@ def _check_args(draft_tokens, draft_probs, target_probs) -> None:
             )
         checks.check_finite("draft_probs", draft_probs)
     checks.check_finite("target_probs", target_probs)
+    if num_drafted is not None:
+        checks.check_rank("num_drafted", num_drafted, 1, "[batch]")
+        checks.check_int("num_drafted", num_drafted)
+        if num_drafted.shape[0] != batch:
+            raise ValueError(
+                f"num_drafted must have shape [batch] = [{batch}]; got {tuple(num_drafted.shape)}"
+            )
+        if checks.is_concrete(num_drafted):
+            lo, hi = checks.value_range(num_drafted)
+            if lo < 0 or hi > gamma:
+                raise ValueError(
+                    f"num_drafted must lie in [0, gamma={gamma}]; got values in [{lo}, {hi}]"
+                )
     if checks.is_concrete(draft_tokens):
-        lo, hi = int(jnp.min(draft_tokens)), int(jnp.max(draft_tokens))
+        lo, hi = checks.value_range(draft_tokens)
         if lo < 0 or hi >= vocab:
             raise ValueError(f"draft_tokens must lie in [0, {vocab}); got values in [{lo}, {hi}]")
 
@@ -95,6 +114,7 @@ def speculative_accept(
     target_probs: jax.Array,
     *,
     fill_value: int = -1,
+    num_drafted: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Accepts or rejects drafted tokens so the output is distributed exactly as the target's.
 
@@ -107,13 +127,16 @@ def speculative_accept(
         position. float32 or bfloat16; computed in float32 after renormalising each row (p and q
         rows are treated as the distributions sampling draws from, i.e. divided by their sums).
       fill_value: written to tokens[b, n + 1:].
+      num_drafted: int [batch] in [0, gamma], how many of each row's tokens were drafted (the
+        rest is padding, never accepted; the row's extra token is then drawn at its own length),
+        or None: every row drafted gamma.
 
     Returns:
       tokens: int32 [batch, gamma + 1]; tokens[b, :n + 1] are emitted (the n accepted drafts, then
         the resampled or bonus token), the rest `fill_value`.
       num_accepted: int32 [batch], n in [0, gamma].
     """
-    _check_args(draft_tokens, draft_probs, target_probs)
+    _check_args(draft_tokens, draft_probs, target_probs, num_drafted)
     batch, gamma = draft_tokens.shape
     vocab = target_probs.shape[-1]
     draft_tokens = draft_tokens.astype(jnp.int32)
@@ -131,6 +154,9 @@ def speculative_accept(
     u = jax.random.uniform(key_accept, (batch, gamma), jnp.float32)  # [batch, gamma] in [0, 1)
     # u < p/q written without the division: p >= q always accepts, q == 0 never divides by zero.
     accepted = u * q_x < p_x  # [batch, gamma]
+    if num_drafted is not None:
+        drafted_mask = jnp.arange(gamma)[None, :] < num_drafted[:, None]  # [batch, gamma]
+        accepted = accepted & drafted_mask
     num_accepted = jnp.sum(jnp.cumprod(accepted.astype(jnp.int32), axis=-1), axis=-1)  # [batch]
 
     # With q padded by zeros at the bonus position, "residual at n" covers both cases:
@@ -139,6 +165,9 @@ def speculative_accept(
     index = num_accepted[:, None, None]  # [batch, 1, 1]
     p_n = jnp.take_along_axis(p, index, axis=1)[:, 0]  # [batch, vocab]
     q_n = jnp.take_along_axis(q_ext, index, axis=1)[:, 0]  # [batch, vocab]
+    if num_drafted is not None:
+        # All drafted tokens accepted: nothing was drafted at n, so q_n is zero (bonus from p_n).
+        q_n = jnp.where((num_accepted < num_drafted)[:, None], q_n, 0.0)
     next_token = sample_from_probs(key_sample, residual_distribution(p_n, q_n))  # [batch]
 
     positions = jnp.arange(gamma + 1)[None, :]  # [1, gamma + 1]

@@ -1,18 +1,21 @@
 """Autoregressive and speculative generation over a device mesh (data- and tensor-parallel).
 
-`ShardedDecoder` wraps an unchanged `AutoregressiveDecoder` or `SpeculativeDecoder` and runs the
-same `init` / `step` / `running` in one jitted `lax.while_loop` whose inputs, loop state and
-outputs all have stated shardings:
+`ShardedDecoder` wraps any unchanged decoder of the shared loop driver (`decoding/loop.py`:
+autoregressive, speculative, or a later one) and runs the same `init` / `step` / `running` in one
+jitted `lax.while_loop` whose inputs, loop state and outputs all have stated shardings. It knows
+decoders only through that protocol: their `models` (one per params argument) and the logical
+axes their loop state declares.
 
   * prompts, sequences, per-row counters and every cache's rows: split over `data` (rows never
     talk to each other, so data parallelism costs no collective inside the loop);
   * target parameters: split by the logical-axis rules (default: heads, kv_heads, MLP and
     vocabulary over `model`), its KV cache's heads likewise, so a target too big for one device
     fits and each of its calls runs on every device of the `model` axis;
-  * draft parameters: replicated by default (`replicate_draft=True`). The draft is small and
-    runs γ sequential one-token steps per iteration; split over `model` every step would pay two
-    all-reduces per layer for a matmul too small to gain from splitting, so a full copy per
-    device (its cache still split by rows over `data`) is faster and uses little memory;
+  * draft parameters (every model after the first): replicated by default
+    (`replicate_draft=True`). The draft is small and runs γ sequential one-token steps per
+    iteration; split over `model` every step would pay two all-reduces per layer for a matmul
+    too small to gain from splitting, so a full copy per device (its cache still split by rows
+    over `data`) is faster and uses little memory;
   * the result: replicated, so every process can read all rows (it is small: tokens and counts).
 
 Nothing is donated: the inputs (params, prompts) are reused or tiny, and the large buffers (the
@@ -33,9 +36,8 @@ import jax
 from jax.sharding import Mesh
 
 from specjax import sharding as sh
-from specjax.decoding.autoregressive import ARLoopState, AutoregressiveDecoder
-from specjax.decoding.speculative import SpecLoopState, SpeculativeDecoder
-from specjax.decoding.state import DecodeStats, GenerationResult, check_finite_result
+from specjax.decoding import loop
+from specjax.decoding.state import check_finite_result
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,10 +45,11 @@ class ShardedDecoder:
     """Runs a decoder's jitted generation loop on `mesh`.
 
     Attributes:
-      decoder: an AutoregressiveDecoder or SpeculativeDecoder.
+      decoder: any decoder of the loop driver (see `decoding/loop.py`'s `Decoder`).
       mesh: the device mesh (see `specjax.sharding.make_mesh`).
       rules: logical-axis rules for the target (and for the draft if not replicated).
-      replicate_draft: keep a full copy of the draft's parameters on every device.
+      replicate_draft: keep a full copy of the draft's (every non-target model's) parameters
+        on every device.
     """
 
     decoder: Any
@@ -55,10 +58,15 @@ class ShardedDecoder:
     replicate_draft: bool = True
 
     def __post_init__(self):
-        if not isinstance(self.decoder, (AutoregressiveDecoder, SpeculativeDecoder)):
+        missing = [
+            name
+            for name in ("models", "init", "step", "cache_len")
+            if not hasattr(self.decoder, name)
+        ]
+        if missing:
             raise TypeError(
-                "decoder must be an AutoregressiveDecoder or SpeculativeDecoder, got "
-                f"{type(self.decoder).__name__}"
+                f"decoder must be a decoder of the loop driver (decoding/loop.py); "
+                f"{type(self.decoder).__name__} lacks {missing}"
             )
         object.__setattr__(self, "rules", tuple(tuple(r) for r in self.rules))
         sh.check_rules(self.mesh, self.rules)
@@ -66,13 +74,11 @@ class ShardedDecoder:
     @property
     def models(self) -> tuple:
         """The decoder's models in the order their params are passed: (target[, draft])."""
-        if isinstance(self.decoder, SpeculativeDecoder):
-            return (self.decoder.target, self.decoder.draft)
-        return (self.decoder.model,)
+        return tuple(self.decoder.models)
 
     def model_rules(self, index: int) -> tuple:
-        """Rules for models[index]: the draft's are data-parallel only when replicated."""
-        if index == 1 and self.replicate_draft:
+        """Rules for models[index]: drafts' are data-parallel only when replicated."""
+        if index >= 1 and self.replicate_draft:
             return sh.data_parallel_rules(self.rules)
         return self.rules
 
@@ -105,52 +111,28 @@ class ShardedDecoder:
             for p, s in zip(model_params, self.param_shardings(*model_params), strict=True)
         )
 
-    def loop_state_shardings(self, state):
-        """Shardings of an ARLoopState / SpecLoopState (concrete, traced or abstract).
+    def loop_state_shardings(self, state: loop.LoopState):
+        """Shardings of a LoopState (concrete, traced or abstract), from its logical axes.
 
-        Scalars and the key are replicated; every per-row array splits by `batch`; model caches
-        follow `sharding.state_shardings` with their model's rules.
+        Scalars and the key are replicated; every per-row array splits by `batch`; model state i
+        follows the axes it declares (a KV cache's heads on `kv_heads`) with model i's rules.
         """
-        mesh, rules = self.mesh, self.rules
-        rep = sh.replicated(mesh)
-        rows = lambda tree: jax.tree.map(  # noqa: E731
-            lambda x: sh.batch_sharding(mesh, rules, x.shape), tree
+        axes = state.logical_axes()
+        outer = sh.axes_to_shardings(
+            axes.replace(model_states=()), state.replace(model_states=()), self.mesh, self.rules
         )
-        stats = DecodeStats(
-            target_calls=rep,
-            draft_calls=rep,
-            emitted=rows(state.stats.emitted),
-            iterations=rows(state.stats.iterations),
-            accepted_at=rep,
-            nan_rows=rows(state.stats.nan_rows),
+        inner = tuple(
+            sh.axes_to_shardings(a, x, self.mesh, self.model_rules(i))
+            for i, (a, x) in enumerate(zip(axes.model_states, state.model_states, strict=True))
         )
-        common = dict(
-            step=rep,
-            key=jax.tree.map(lambda _: rep, state.key),
-            max_new_tokens=rep,
-            eos_id=rep,
-            seq=rows(state.seq),
-            prompt_lengths=rows(state.prompt_lengths),
-            stats=stats,
-        )
-        if isinstance(state, SpecLoopState):
-            return SpecLoopState(
-                target_state=sh.state_shardings(state.target_state, mesh, self.model_rules(0)),
-                draft_state=sh.state_shardings(state.draft_state, mesh, self.model_rules(1)),
-                **common,
-            )
-        if isinstance(state, ARLoopState):
-            return ARLoopState(
-                model_state=sh.state_shardings(state.model_state, mesh, self.model_rules(0)),
-                **common,
-            )
-        raise TypeError(f"unknown loop state {type(state).__name__}")
+        return outer.replace(model_states=inner)
 
     def generate(self, *model_params, prompts, key, max_new_tokens: int, eos_id=None):
         """Sharded twin of the decoder's `generate` (same tokens for the same key).
 
         Args:
-          *model_params: params per model: (params,) autoregressive, (target, draft) speculative.
+          *model_params: params per entry of `decoder.models`: (params,) autoregressive,
+            (target, draft) speculative.
             Host arrays are placed on the mesh; already placed ones are reused.
           prompts: list of 1-D token sequences, or int [batch, P]; batch must be divisible by
             the data-parallel size.
@@ -259,15 +241,16 @@ def _program(sharded: ShardedDecoder, signature: tuple):
 
     def run(*args):
         *params, tokens, lengths, key, max_new, eos = args
-        s = decoder.init(*params, tokens, lengths, key, max_new, eos)
+        params = tuple(params)
+        s = decoder.init(params, tokens, lengths, key, max_new, eos)
         # Pin the loop carry's layout: the caches are born inside the program, so without this
         # the partitioner could pick any layout for them (or replicate them).
         constrain = lambda s: jax.lax.with_sharding_constraint(  # noqa: E731
             s, sharded.loop_state_shardings(s)
         )
         s = constrain(s)
-        s = jax.lax.while_loop(decoder.running, lambda s: constrain(decoder.step(*params, s)), s)
-        return GenerationResult(s.seq.tokens, s.seq.lengths, s.prompt_lengths, s.stats)
+        s = jax.lax.while_loop(loop.running, lambda s: constrain(decoder.step(params, s)), s)
+        return s.result()
 
     # Batch divisibility by the data axis is checked by `generate` / `lower` before calling.
     return jax.jit(run, in_shardings=in_shardings, out_shardings=rep)

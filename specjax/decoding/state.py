@@ -1,7 +1,9 @@
-"""Loop state shared by the autoregressive and speculative decoders.
+"""The loop's bookkeeping, shared by every decoder: output sequences, `emit`, counters.
 
-What the models see (their caches) is kept apart from the loop's bookkeeping: the output
-sequences and the statistics from which α and tokens per iteration are measured.
+What the models see (their caches) is kept apart from this bookkeeping: the output sequences
+and the statistics from which α and tokens per iteration are measured. The loop state that holds
+both is `decoding/loop.py`'s `LoopState`; host-side summaries of the counters are in
+`decoding/stats.py`.
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from jax.sharding import PartitionSpec
 
+from specjax.decoding.stats import summarize_stats  # noqa: F401  (also its old home)
+from specjax.models.interface import per_row_axes
 from specjax.models.kv_cache import write_rows
 
 
@@ -30,6 +35,10 @@ class Sequences:
     num_generated: jax.Array
     done: jax.Array
 
+    def logical_axes(self) -> Sequences:
+        """Every field is per row."""
+        return jax.tree.map(lambda x: per_row_axes(x.ndim), self)
+
 
 @struct.dataclass
 class DecodeStats:
@@ -43,6 +52,9 @@ class DecodeStats:
       accepted_at: int32 [gamma] for each draft position i, how many (row, iteration) pairs
         accepted the i-th drafted token (empty for autoregressive decoding).
       nan_rows: bool [batch] a row saw NaN logits (the result is then rejected on the host).
+      tested_at: int32 [gamma] for each draft position i, how many (row, iteration) pairs
+        tested the i-th drafted token (a row tests its drafts until its first rejection or its
+        last drafted token): the denominators of acceptance by position and of α.
     """
 
     target_calls: jax.Array
@@ -51,6 +63,20 @@ class DecodeStats:
     iterations: jax.Array
     accepted_at: jax.Array
     nan_rows: jax.Array
+    tested_at: jax.Array
+
+    def logical_axes(self) -> DecodeStats:
+        """Per-row counters split by `batch`; totals and per-position counts replicated."""
+        row, whole = PartitionSpec("batch"), PartitionSpec()
+        return DecodeStats(
+            target_calls=whole,
+            draft_calls=whole,
+            emitted=row,
+            iterations=row,
+            accepted_at=PartitionSpec(None),
+            nan_rows=row,
+            tested_at=PartitionSpec(None),
+        )
 
 
 def init_stats(batch: int, gamma: int) -> DecodeStats:
@@ -62,6 +88,7 @@ def init_stats(batch: int, gamma: int) -> DecodeStats:
         iterations=jnp.zeros((batch,), jnp.int32),
         accepted_at=jnp.zeros((gamma,), jnp.int32),
         nan_rows=jnp.zeros((batch,), bool),
+        tested_at=jnp.zeros((gamma,), jnp.int32),
     )
 
 
@@ -140,40 +167,6 @@ class GenerationResult:
     def summary(self) -> dict:
         """Host-side α and tokens-per-iteration estimates from the counters."""
         return summarize_stats([self.stats])
-
-
-def summarize_stats(stats: list) -> dict:
-    """α and tokens-per-iteration estimates from the counters of one or more decode calls.
-
-    Args:
-      stats: DecodeStats of calls with the same γ (counts are pooled across calls and rows).
-
-    Returns:
-      dict of call counts, tokens, and (speculative decoding) acceptance estimates.
-    """
-    host = [jax.device_get(s) for s in stats]
-    iterations = int(sum(s.iterations.sum() for s in host))
-    emitted = int(sum(s.emitted.sum() for s in host))
-    out = {
-        "target_calls": int(sum(s.target_calls for s in host)),
-        "draft_calls": int(sum(s.draft_calls for s in host)),
-        "tokens_emitted": emitted,
-        "row_iterations": iterations,
-        "tokens_per_iteration": emitted / max(iterations, 1),
-    }
-    accepted_at = np.sum([s.accepted_at for s in host], axis=0)  # [gamma]
-    if accepted_at.size:
-        reached = np.concatenate([[iterations], accepted_at[:-1]])
-        out["acceptance_by_position"] = (accepted_at / np.maximum(reached, 1)).tolist()
-        # Acceptance events over acceptance trials: each iteration tries positions until the
-        # first rejection, so trials = accepted + rejections (one per non-full iteration).
-        accepted = int(accepted_at.sum())
-        rejections = iterations - int(accepted_at[-1])
-        out["alpha_empirical"] = accepted / max(accepted + rejections, 1)
-        # Tokens per iteration as the sampler produced them (n + 1), before EOS / budget
-        # truncation of a row's last iteration: what (1 - α^{γ+1}) / (1 - α) predicts.
-        out["sampler_tokens_per_iteration"] = 1.0 + accepted / max(iterations, 1)
-    return out
 
 
 def check_finite_result(result: GenerationResult) -> None:

@@ -2,7 +2,8 @@
 
 Linen's `MultiHeadDotProductAttention(decode=True)` takes one query token per call and keeps one
 scalar index for the whole batch; verification needs γ+1 query tokens and per-row rollback, so the
-cache write and the mask are done here by hand.
+cache write is done here by hand. Positions and the mask are inputs (computed by the caller:
+`Transformer` for a chain, a tree decoder for a token tree), as in gemma's transformer.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ class Attention(nn.Module):
     config: TransformerConfig
 
     @nn.compact
-    def __call__(self, x, positions, cache_k, cache_v, starts):
-        """Attends T new tokens per row to the cached prefix and to each other.
+    def __call__(self, x, positions, mask, cache_k, cache_v, starts):
+        """Attends T new tokens per row to the cache slots `mask` shows them.
 
         Args:
           x: [batch, T, embed] inputs of the new tokens.
-          positions: int32 [batch, T] absolute positions (starts[:, None] + arange(T)).
+          positions: int32 [batch, T] positions for RoPE (a chain: starts[:, None] + arange(T)).
+          mask: bool [batch, T, max_len] which slots each new token sees, after its own write.
           cache_k: [batch, max_len, kv_heads, head_dim] keys so far.
           cache_v: [batch, max_len, kv_heads, head_dim] values so far.
           starts: int32 [batch], where row b's new tokens are written (its cache length).
@@ -62,16 +64,12 @@ class Attention(nn.Module):
         cache_v = write_rows(cache_v, v, starts)
 
         batch, t = x.shape[:2]
-        max_len = cache_k.shape[1]
         q = q.reshape(batch, t, kv, h // kv, hd)  # [batch, T, kv_heads, group, head_dim]
         scores = jnp.einsum(
             "btkgd,bskd->bkgts", q, cache_k.astype(q.dtype), preferred_element_type=jnp.float32
         )  # [batch, kv_heads, group, T, max_len]
         scores = scores * (1.0 / jnp.sqrt(jnp.float32(hd)))
-        # Causal over absolute positions: entries past a query's position are either later
-        # new tokens or stale entries from a rolled-back draft; both are masked.
-        visible = jnp.arange(max_len)[None, None, :] <= positions[:, :, None]  # [batch, T, max_len]
-        scores = jnp.where(visible[:, None, None], scores, jnp.finfo(jnp.float32).min)
+        scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
         weights = jax.nn.softmax(scores, axis=-1).astype(cfg.compute_dtype)
         out = jnp.einsum("bkgts,bskd->btkgd", weights, cache_v.astype(cfg.compute_dtype))
         out = out.reshape(batch, t, h, hd)

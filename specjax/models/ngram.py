@@ -14,6 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from specjax.models.interface import ApplyFromForward, ModelOutput
+
 
 @struct.dataclass
 class LengthState:
@@ -24,6 +26,11 @@ class LengthState:
     """
 
     lengths: jax.Array
+
+    def select(self, starts: jax.Array, index: jax.Array) -> LengthState:
+        """Nothing to compact: the prediction needs no history."""
+        del starts, index
+        return self
 
 
 def fit_ngram(tokens, vocab_size: int, order: int, smoothing: float = 0.1) -> dict:
@@ -60,7 +67,7 @@ def fit_ngram(tokens, vocab_size: int, order: int, smoothing: float = 0.1) -> di
 
 
 @dataclasses.dataclass(frozen=True)
-class NgramLM:
+class NgramLM(ApplyFromForward):
     """Unigram or bigram model behind the decoding interface (params from `fit_ngram`)."""
 
     vocab_size: int
@@ -74,8 +81,13 @@ class NgramLM:
         del max_len
         return LengthState(jnp.zeros((batch,), jnp.int32))
 
-    def apply(self, params, state: LengthState, tokens: jax.Array, num_new: jax.Array):
-        """Returns (log-prob logits float32 [batch, T, vocab], state advanced by num_new)."""
+    def forward(self, params, state: LengthState, tokens, num_new, *, positions=None, mask=None):
+        """Log-prob logits float32 [batch, T, vocab]; state advanced by num_new.
+
+        A bigram reads only the token it follows, so positions and the mask (a chain or a
+        token tree) change nothing.
+        """
+        del positions, mask
         table = params["log_probs"]
         if table.shape[-1] != self.vocab_size:
             raise ValueError(
@@ -86,11 +98,11 @@ class NgramLM:
             logits = jnp.broadcast_to(table, tokens.shape + (self.vocab_size,))
         else:
             logits = jnp.take(table, tokens, axis=0)  # [batch, T, vocab]
-        return logits, state.replace(lengths=state.lengths + num_new.astype(jnp.int32))
+        return ModelOutput(logits, state.replace(lengths=state.lengths + num_new.astype(jnp.int32)))
 
 
 @dataclasses.dataclass(frozen=True)
-class UniformLM:
+class UniformLM(ApplyFromForward):
     """A draft that knows nothing: every token equally likely (losslessness must still hold)."""
 
     vocab_size: int
@@ -99,8 +111,8 @@ class UniformLM:
         del max_len
         return LengthState(jnp.zeros((batch,), jnp.int32))
 
-    def apply(self, params, state: LengthState, tokens: jax.Array, num_new: jax.Array):
-        """Returns (zero logits float32 [batch, T, vocab], state advanced by num_new)."""
-        del params
+    def forward(self, params, state: LengthState, tokens, num_new, *, positions=None, mask=None):
+        """Zero logits float32 [batch, T, vocab]; state advanced by num_new."""
+        del params, positions, mask
         logits = jnp.zeros(tokens.shape + (self.vocab_size,), jnp.float32)
-        return logits, state.replace(lengths=state.lengths + num_new.astype(jnp.int32))
+        return ModelOutput(logits, state.replace(lengths=state.lengths + num_new.astype(jnp.int32)))

@@ -13,7 +13,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specjax.models.kv_cache import write_rows
+from specjax.models.interface import ApplyFromForward, ModelOutput
+from specjax.models.kv_cache import select_rows, write_rows
 
 
 @struct.dataclass
@@ -28,9 +29,13 @@ class HistoryState:
     tokens: jax.Array
     lengths: jax.Array
 
+    def select(self, starts: jax.Array, index: jax.Array) -> HistoryState:
+        """Moves history entries starts[b] + index[b, j] to starts[b] + j (see select_rows)."""
+        return self.replace(tokens=select_rows(self.tokens, starts, index))
+
 
 @dataclasses.dataclass(frozen=True)
-class PromptLookupLM:
+class PromptLookupLM(ApplyFromForward):
     """Looks up the longest suffix n-gram (max_ngram down to min_ngram) in the history.
 
     With no match it proposes the last token again (any proposal keeps decoding lossless).
@@ -67,14 +72,19 @@ class PromptLookupLM:
             found = found | (latest >= 0)
         return best
 
-    def apply(self, params, state: HistoryState, tokens: jax.Array, num_new: jax.Array):
-        """Appends the new tokens and predicts after each of them.
+    def forward(self, params, state: HistoryState, tokens, num_new, *, positions=None, mask=None):
+        """Appends the new tokens (a chain) and predicts after each of them.
 
         Returns:
-          logits: float32 [batch, T, vocab], 0 on the proposed token, -inf elsewhere.
-          state: history extended by num_new tokens per row.
+          ModelOutput: logits float32 [batch, T, vocab], 0 on the proposed token, -inf
+          elsewhere; the history extended by num_new tokens per row.
         """
-        del params
+        del params, positions  # a chain's positions are the history's slots
+        if mask is not None:
+            raise NotImplementedError(
+                "PromptLookupLM reads its history as one chain; it cannot score a token tree "
+                "(mask=...). Use a chain decoder, or a drafter that builds trees from matches."
+            )
         batch, t = tokens.shape
         history = write_rows(state.tokens, tokens.astype(jnp.int32), state.lengths)
         # Prediction after the i-th new token sees the history up to and including it.
@@ -85,4 +95,4 @@ class PromptLookupLM:
             jax.nn.one_hot(proposals, self.vocab_size, dtype=bool), 0.0, -jnp.inf
         ).astype(jnp.float32)
         new_state = HistoryState(history, state.lengths + num_new.astype(jnp.int32))
-        return logits, new_state
+        return ModelOutput(logits, new_state)

@@ -2,7 +2,8 @@
 
 One forward call serves prefill, one-token decode and (γ+1)-token verification alike: row b's
 tokens[b, :num_new[b]] are written at positions cache.lengths[b] onward and its length advances by
-num_new[b]; tokens past num_new[b] are padding whose logits are ignored.
+num_new[b]; tokens past num_new[b] are padding whose logits are ignored. Positions and the
+attention mask default to a chain's (see `models/interface.py`); a token tree passes its own.
 """
 
 from __future__ import annotations
@@ -12,26 +13,20 @@ import dataclasses
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from flax import struct
 
 from specjax import checks
 from specjax.models.attention import Attention
 from specjax.models.config import TransformerConfig
+from specjax.models.interface import (
+    ApplyFromForward,
+    ModelOutput,
+    causal_mask,
+    chain_positions,
+)
 from specjax.models.kv_cache import KVCache, init_kv_cache
 from specjax.models.layers import Mlp, Norm, partitioned
 
-
-@struct.dataclass
-class ModelOutput:
-    """What a forward pass returns.
-
-    Attributes:
-      logits: float32 [batch, T, vocab].
-      cache: the updated KVCache.
-    """
-
-    logits: jax.Array
-    cache: KVCache
+__all__ = ["Block", "ModelOutput", "Transformer", "TransformerLM"]
 
 
 class Block(nn.Module):
@@ -40,9 +35,9 @@ class Block(nn.Module):
     config: TransformerConfig
 
     @nn.compact
-    def __call__(self, x, positions, cache_k, cache_v, starts):
+    def __call__(self, x, positions, mask, cache_k, cache_v, starts):
         attn, cache_k, cache_v = Attention(self.config, name="attn")(
-            Norm(self.config, name="attn_norm")(x), positions, cache_k, cache_v, starts
+            Norm(self.config, name="attn_norm")(x), positions, mask, cache_k, cache_v, starts
         )
         x = x + attn
         x = x + Mlp(self.config, name="mlp")(Norm(self.config, name="mlp_norm")(x))
@@ -55,20 +50,33 @@ class Transformer(nn.Module):
     config: TransformerConfig
 
     @nn.compact
-    def __call__(self, tokens: jax.Array, num_new: jax.Array, cache: KVCache) -> ModelOutput:
+    def __call__(
+        self,
+        tokens: jax.Array,
+        num_new: jax.Array,
+        cache: KVCache,
+        positions: jax.Array | None = None,
+        mask: jax.Array | None = None,
+    ) -> ModelOutput:
         """Runs T new tokens per row through the model, writing them into the cache.
 
         Args:
           tokens: int32 [batch, T].
           num_new: int32 [batch], how many of each row's T tokens are real (the rest padding).
-          cache: KVCache with per-row lengths (where the new tokens start).
+          cache: KVCache with per-row lengths (where the new tokens are written).
+          positions: int32 [batch, T] positions of the new tokens; None: a chain's.
+          mask: bool [batch, T, max_len] cache slots each new token sees; None: causal.
 
         Returns:
-          ModelOutput with logits [batch, T, vocab] (float32) and the advanced cache.
+          ModelOutput with logits [batch, T, vocab] (float32), the advanced cache and the final
+          hidden states [batch, T, embed].
         """
         cfg = self.config
         starts = cache.lengths  # [batch]
-        positions = starts[:, None] + jnp.arange(tokens.shape[1])[None, :]  # [batch, T]
+        if positions is None:
+            positions = chain_positions(starts, tokens.shape[1])  # [batch, T]
+        if mask is None:
+            mask = causal_mask(positions, cache.max_len)  # [batch, T, max_len]
         embed = nn.Embed(
             cfg.vocab_size,
             cfg.embed_dim,
@@ -91,7 +99,7 @@ class Transformer(nn.Module):
         keys, values = [], []
         for i in range(cfg.num_layers):
             x, k, v = Block(cfg, name=f"block_{i}")(
-                x, positions, cache.keys[i], cache.values[i], starts
+                x, positions, mask, cache.keys[i], cache.values[i], starts
             )
             keys.append(k)
             values.append(v)
@@ -108,11 +116,11 @@ class Transformer(nn.Module):
                 name="head",
             )(x)
         new_cache = KVCache(tuple(keys), tuple(values), starts + num_new.astype(jnp.int32))
-        return ModelOutput(logits.astype(jnp.float32), new_cache)
+        return ModelOutput(logits.astype(jnp.float32), new_cache, x)
 
 
 @dataclasses.dataclass(frozen=True)
-class TransformerLM:
+class TransformerLM(ApplyFromForward):
     """The decoding interface around `Transformer` (hashable: usable as a static jit argument).
 
     Every specjax model (transformer, n-gram, prompt lookup, uniform) offers the same three
@@ -162,8 +170,21 @@ class TransformerLM:
             cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim, cfg.compute_dtype
         )
 
-    def apply(self, params, state: KVCache, tokens: jax.Array, num_new: jax.Array):
-        """Forward pass; returns (logits float32 [batch, T, vocab], new state)."""
+    def forward(
+        self,
+        params,
+        state: KVCache,
+        tokens: jax.Array,
+        num_new: jax.Array,
+        *,
+        positions=None,
+        mask=None,
+    ) -> ModelOutput:
+        """Forward pass (see models/interface.py); returns ModelOutput(logits, state, hidden)."""
         checks.check_rank("tokens", tokens, 2, "[batch, T]")
-        out = self.module.apply({"params": params}, tokens, num_new, state)
-        return out.logits, out.cache
+        batch, t = tokens.shape
+        if positions is not None:
+            checks.check_shape("positions", positions, (batch, t), "[batch, T]")
+        if mask is not None:
+            checks.check_shape("mask", mask, (batch, t, state.max_len), "[batch, T, max_len]")
+        return self.module.apply({"params": params}, tokens, num_new, state, positions, mask)

@@ -1,0 +1,43 @@
+"""Host-side summaries of the decoding counters: α, acceptance by position, tokens/iteration.
+
+The counters themselves (`DecodeStats`) live in the loop state and are updated on device; this
+module only reads them after a call, so it is analysis, not loop code.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+
+def summarize_stats(stats: list) -> dict:
+    """α and tokens-per-iteration estimates from the counters of one or more decode calls.
+
+    Args:
+      stats: DecodeStats of calls with the same γ (counts are pooled across calls and rows).
+
+    Returns:
+      dict of call counts, tokens, and (speculative decoding) acceptance estimates.
+    """
+    host = [jax.device_get(s) for s in stats]
+    iterations = int(sum(s.iterations.sum() for s in host))
+    emitted = int(sum(s.emitted.sum() for s in host))
+    out = {
+        "target_calls": int(sum(s.target_calls for s in host)),
+        "draft_calls": int(sum(s.draft_calls for s in host)),
+        "tokens_emitted": emitted,
+        "row_iterations": iterations,
+        "tokens_per_iteration": emitted / max(iterations, 1),
+    }
+    accepted_at = np.sum([s.accepted_at for s in host], axis=0)  # [gamma]
+    tested_at = np.sum([s.tested_at for s in host], axis=0)  # [gamma]
+    if accepted_at.size:
+        out["acceptance_by_position"] = (accepted_at / np.maximum(tested_at, 1)).tolist()
+        # Acceptance events over acceptance trials: each iteration tests a row's drafts until
+        # the first rejection or its last drafted token.
+        accepted = int(accepted_at.sum())
+        out["alpha_empirical"] = accepted / max(int(tested_at.sum()), 1)
+        # Tokens per iteration as the sampler produced them (n + 1), before EOS / budget
+        # truncation of a row's last iteration: what (1 - α^{γ+1}) / (1 - α) predicts.
+        out["sampler_tokens_per_iteration"] = 1.0 + accepted / max(iterations, 1)
+    return out
