@@ -1,0 +1,66 @@
+"""Decoding: the loop driver, decoders, drafters, acceptance rules and sampling warpers.
+
+    from specjax.decoding import SpeculativeDecoder, make_warper
+
+    decoder = SpeculativeDecoder(target, draft, gamma=4, warper=make_warper(temperature=1.0))
+    result = decoder.generate(target_params, draft_params, prompts, key, max_new_tokens=64)
+
+The seams (see each module's docstring):
+  * `loop.py`: one driver (`generate`, `stream`, the jitted programs) for any decoder that offers
+    `models`, `init` and `step`; `LoopState` is every decoder's loop state.
+  * `drafters.py`: where proposals come from (`Drafter`: `ModelDrafter`, `LookupDrafter`).
+  * `acceptance.py`: the verification rule, a static `accept=` field of `SpeculativeDecoder`.
+  * `sampling.py`: warpers (temperature, top-k, top-p), one shared by target and draft.
+"""
+
+from specjax.decoding.acceptance import residual_distribution, speculative_accept
+from specjax.decoding.autoregressive import AutoregressiveDecoder
+from specjax.decoding.drafters import (
+    Drafter,
+    LookupDrafter,
+    ModelDrafter,
+    Proposal,
+    Verdict,
+)
+from specjax.decoding.loop import Decoder, LoopState, generate, stream
+from specjax.decoding.sampling import (
+    Greedy,
+    Temperature,
+    TopK,
+    TopP,
+    Warper,
+    make_warper,
+    sample_from_probs,
+)
+from specjax.decoding.sharded import ShardedDecoder
+from specjax.decoding.speculative import SpeculativeDecoder
+from specjax.decoding.state import DecodeStats, GenerationResult, Sequences
+from specjax.decoding.stats import summarize_stats
+
+__all__ = [
+    "AutoregressiveDecoder",
+    "DecodeStats",
+    "Decoder",
+    "Drafter",
+    "GenerationResult",
+    "Greedy",
+    "LookupDrafter",
+    "LoopState",
+    "ModelDrafter",
+    "Proposal",
+    "Sequences",
+    "ShardedDecoder",
+    "SpeculativeDecoder",
+    "Temperature",
+    "TopK",
+    "TopP",
+    "Verdict",
+    "Warper",
+    "generate",
+    "make_warper",
+    "residual_distribution",
+    "sample_from_probs",
+    "speculative_accept",
+    "stream",
+    "summarize_stats",
+]

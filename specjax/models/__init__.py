@@ -1,8 +1,8 @@
 """Models behind one decoding interface (see `interface.py`)."""
 
 from specjax.models.config import RopeScaling, TransformerConfig
-from specjax.models.interface import LanguageModel, check_pair
-from specjax.models.kv_cache import KVCache, rollback
+from specjax.models.interface import LanguageModel, ModelOutput, check_pair, state_logical_axes
+from specjax.models.kv_cache import KVCache, rollback, select_rows
 from specjax.models.ngram import NgramLM, UniformLM, fit_ngram
 from specjax.models.prompt_lookup import PromptLookupLM
 from specjax.models.transformer import Transformer, TransformerLM
@@ -10,6 +10,7 @@ from specjax.models.transformer import Transformer, TransformerLM
 __all__ = [
     "KVCache",
     "LanguageModel",
+    "ModelOutput",
     "NgramLM",
     "PromptLookupLM",
     "RopeScaling",
@@ -20,4 +21,6 @@ __all__ = [
     "check_pair",
     "fit_ngram",
     "rollback",
+    "select_rows",
+    "state_logical_axes",
 ]
