@@ -50,6 +50,7 @@ from flax import struct
 from specjax.decoding.sampling import Warper, sample_from_probs
 from specjax.decoding.state import Sequences, last_tokens
 from specjax.models.kv_cache import rollback
+from specjax.models.prompt_lookup import latest_suffix_match
 
 
 @struct.dataclass
@@ -225,18 +226,7 @@ class LookupDrafter:
     def _lookup(self, history: jax.Array, length: jax.Array, gamma: int):
         """(tokens int32 [gamma], count int32 []) proposed for one row of `length` tokens."""
         size = history.shape[0]
-        idx = jnp.arange(size)
-        start = jnp.zeros((), jnp.int32)  # where the proposed continuation starts
-        found = jnp.zeros((), bool)
-        for n in range(self.max_ngram, self.min_ngram - 1, -1):
-            # An earlier match starts at j < length - n (so at least one follower is known).
-            match = (idx + n < length) & (length >= n)
-            for k in range(n):
-                suffix_token = history[jnp.clip(length - n + k, 0, size - 1)]
-                match = match & (jnp.take(history, jnp.clip(idx + k, 0, size - 1)) == suffix_token)
-            latest = jnp.max(jnp.where(match, idx, -1))
-            start = jnp.where(~found & (latest >= 0), latest + n, start)
-            found = found | (latest >= 0)
+        start, found = latest_suffix_match(history, length, self.max_ngram, self.min_ngram)
         count = jnp.where(found, jnp.minimum(length - start, gamma), 0)
         offsets = jnp.arange(gamma)
         tokens = jnp.take(history, jnp.clip(start + offsets, 0, size - 1))

@@ -34,6 +34,36 @@ class HistoryState:
         return self.replace(tokens=select_rows(self.tokens, starts, index))
 
 
+def latest_suffix_match(history: jax.Array, length: jax.Array, max_ngram: int, min_ngram: int):
+    """Where the continuation of the latest earlier occurrence of a row's suffix starts.
+
+    For n = max_ngram down to min_ngram, looks for the latest j < length - n with
+    history[j : j + n] == history[length - n : length]; the longest n that has one wins.
+
+    Args:
+      history: int32 [max_len] one row's tokens (the first `length` valid).
+      length: int32 [] valid tokens.
+      max_ngram, min_ngram: suffix lengths to try (static).
+
+    Returns:
+      (start int32 []: index of the first token that followed the match, found bool []).
+    """
+    size = history.shape[0]
+    idx = jnp.arange(size)
+    start = jnp.zeros((), jnp.int32)
+    found = jnp.zeros((), bool)
+    for n in range(max_ngram, min_ngram - 1, -1):
+        # A candidate match starts at j with j + n < length (its continuation is known).
+        match = (idx + n < length) & (length >= n)
+        for k in range(n):
+            suffix_token = history[jnp.clip(length - n + k, 0, size - 1)]
+            match = match & (jnp.take(history, jnp.clip(idx + k, 0, size - 1)) == suffix_token)
+        latest = jnp.max(jnp.where(match, idx, -1))
+        start = jnp.where(~found & (latest >= 0), latest + n, start).astype(jnp.int32)
+        found = found | (latest >= 0)
+    return start, found
+
+
 @dataclasses.dataclass(frozen=True)
 class PromptLookupLM(ApplyFromForward):
     """Looks up the longest suffix n-gram (max_ngram down to min_ngram) in the history.
@@ -56,21 +86,9 @@ class PromptLookupLM(ApplyFromForward):
 
     def _predict(self, history: jax.Array, length: jax.Array) -> jax.Array:
         """Next-token proposal for one row whose first `length` tokens are valid."""
-        max_len = history.shape[0]
-        idx = jnp.arange(max_len)
-        best = history[jnp.maximum(length - 1, 0)]  # fallback: repeat the last token
-        found = jnp.zeros((), bool)
-        for n in range(self.max_ngram, self.min_ngram - 1, -1):
-            # A candidate match starts at j with j + n < length (its continuation is known).
-            match = (idx + n < length) & (length >= n)
-            for k in range(n):
-                suffix_tok = history[jnp.clip(length - n + k, 0, max_len - 1)]
-                match = match & (jnp.take(history, jnp.clip(idx + k, 0, max_len - 1)) == suffix_tok)
-            latest = jnp.max(jnp.where(match, idx, -1))
-            proposal = history[jnp.clip(latest + n, 0, max_len - 1)]
-            best = jnp.where(~found & (latest >= 0), proposal, best)
-            found = found | (latest >= 0)
-        return best
+        start, found = latest_suffix_match(history, length, self.max_ngram, self.min_ngram)
+        last = history[jnp.maximum(length - 1, 0)]  # fallback: repeat the last token
+        return jnp.where(found, history[jnp.clip(start, 0, history.shape[0] - 1)], last)
 
     def forward(self, params, state: HistoryState, tokens, num_new, *, positions=None, mask=None):
         """Appends the new tokens (a chain) and predicts after each of them.
