@@ -101,14 +101,14 @@ def main(argv):
 
     import jax
 
-    from specjax import scaleout
+    from experiments import scale
     from specjax import sharding as sh
 
     config = flags.FLAGS.config
     devices = topology_devices(_PLATFORM.value, _TOPOLOGY.value)
     kind = devices[0].device_kind
     mesh = sh.mesh_from_config(config.mesh, devices)
-    target, draft = scaleout.build_models(config)
+    target, draft = scale.build_models(config)
     print(
         f"{_TOPOLOGY.value if _PLATFORM.value == 'tpu' else 'cpu'}: {len(devices)} x {kind}; "
         f"mesh {dict(mesh.shape)}; target {config.target.size} "
@@ -116,7 +116,7 @@ def main(argv):
         f"{config.dtype}"
     )
     if "generate" in _PROGRAMS.value:
-        decoder = scaleout.sharded_decoder(config, target, draft, mesh)
+        decoder = scale.sharded_decoder(config, target, draft, mesh)
         abstract = [jax.eval_shape(m.init_params, jax.random.PRNGKey(0)) for m in decoder.models]
         start = time.perf_counter()
         width = config.prompt_len
@@ -124,9 +124,9 @@ def main(argv):
         compiled = lowered.compile()
         report("generate", compiled, time.perf_counter() - start, kind)
     if "train" in _PROGRAMS.value:
-        step, state, _, _ = scaleout.train_program(config, target, mesh)
+        step, state, _, _ = scale.train_program(config, target, mesh)
         start = time.perf_counter()
-        compiled = step.lower(state, scaleout.abstract_batch(config)).compile()
+        compiled = step.lower(state, scale.abstract_batch(config)).compile()
         report("train", compiled, time.perf_counter() - start, kind)
 
 

@@ -21,3 +21,8 @@ __all__ = [
     "fit_ngram",
     "rollback",
 ]
+
+# Added for issue #13: whole-sequence logits of any model (was specjax.training.steps).
+from specjax.models.sequence import sequence_logits  # noqa: E402
+
+__all__ += ["sequence_logits"]

@@ -32,9 +32,9 @@ from specjax.alpha import mean_alpha
 from specjax.data.batches import TrainBatches
 from specjax.data.corpora import load_corpus, load_corpus_info
 from specjax.data.tokenizer import ByteTokenizer
-from specjax.distill import make_distill_step
 from specjax.models.transformer import TransformerLM
 from specjax.training import ngrams, zoo
+from specjax.training.distill import make_distill_step
 from specjax.training.optim import learning_rate_schedule, make_optimizer
 from specjax.training.progress import ProgressBar, Throughput
 from specjax.training.steps import (

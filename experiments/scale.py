@@ -14,8 +14,8 @@ from specjax.decoding.sampling import make_warper
 from specjax.decoding.sharded import ShardedDecoder
 from specjax.decoding.speculative import SpeculativeDecoder
 from specjax.models import TransformerConfig, TransformerLM
-from specjax.sharded_train import shard_train_step, train_state_shardings
 from specjax.training.optim import make_optimizer
+from specjax.training.sharded import shard_train_step, train_state_shardings
 from specjax.training.steps import init_train_state, make_train_step
 
 
