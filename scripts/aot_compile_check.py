@@ -25,6 +25,9 @@ from absl import app, flags
 from ml_collections import config_flags
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _REPO)  # configs/ and experiments/ are run from the checkout
+
+import specjax  # noqa: E402
 
 config_flags.DEFINE_config_file(
     "config", os.path.join(_REPO, "configs", "scale.py"), "configs/scale.py[:options]"
@@ -94,6 +97,7 @@ def report(name: str, compiled, seconds: float, device_kind: str) -> dict:
 
 def main(argv):
     del argv
+    specjax.configure_cpu()  # before JAX starts
     if _PLATFORM.value == "cpu":
         # Read when the CPU backend starts (first device query below), so set it first.
         flag = f"--xla_force_host_platform_device_count={_CPU_DEVICES.value}"

@@ -20,8 +20,9 @@ waiting for a core, which hurts second-long loops more than millisecond parts. P
     (block_until_ready after each; includes ~0.1-0.3 ms of Python dispatch per call) and inside
     one device loop (`fori_loop` of --inner calls, divided), which is how the decoders pay them;
   * the number of cache-sized copy ops in the compiled HLO of the one-token step and of both
-    decoders' loops (XLA:CPU pitfall, see the perf notes). specjax sets
-    --xla_cpu_copy_insertion_use_region_analysis=true on import unless SPECJAX_NO_XLA_FLAGS=1;
+    decoders' loops (XLA:CPU pitfall, see specjax/runtime.py). This script calls
+    specjax.configure_cpu(), which sets --xla_cpu_copy_insertion_use_region_analysis=true
+    unless SPECJAX_NO_XLA_FLAGS=1;
     --compare_xla_flag runs this script twice in subprocesses, with and without it.
 
 Draft choices (random weights have no knowledge, so alpha comes from the construction):
@@ -45,7 +46,9 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import specjax  # noqa: E402, F401  (sets XLA_FLAGS before JAX starts, unless opted out)
+import specjax  # noqa: E402
+
+specjax.configure_cpu()  # before JAX starts; SPECJAX_NO_XLA_FLAGS=1 opts out
 
 _FLAG = "--xla_cpu_copy_insertion_use_region_analysis"
 

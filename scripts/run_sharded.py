@@ -15,6 +15,7 @@ processes on TPU pod slices, SLURM and Open MPI; --distributed=explicit takes th
 """
 
 import os
+import sys
 import time
 
 import numpy as np
@@ -22,6 +23,10 @@ from absl import app, flags
 from ml_collections import config_flags
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _REPO)  # configs/ and experiments/ are run from the checkout
+
+import specjax  # noqa: E402
+
 config_flags.DEFINE_config_file(
     "config", os.path.join(_REPO, "configs", "scale.py"), "configs/scale.py[:options]"
 )
@@ -101,6 +106,7 @@ def run_train(config, mesh):
 
 def main(argv):
     del argv
+    specjax.configure_cpu()  # before JAX starts
     if _CPU_DEVICES.value:
         flag = f"--xla_force_host_platform_device_count={_CPU_DEVICES.value}"
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
