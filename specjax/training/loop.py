@@ -32,6 +32,7 @@ from specjax.alpha import mean_alpha
 from specjax.data.batches import TrainBatches
 from specjax.data.corpora import load_corpus, load_corpus_info
 from specjax.data.tokenizer import ByteTokenizer
+from specjax.models.build import model_config
 from specjax.models.transformer import TransformerLM
 from specjax.training import ngrams, zoo
 from specjax.training.distill import make_distill_step
@@ -239,7 +240,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     data_dir = config.data.data_dir or None
     train_info = load_corpus_info(config.data.corpus, "train", tokenizer, data_dir=data_dir)
     val_tokens = load_corpus(config.data.corpus, "validation", tokenizer, data_dir=data_dir)
-    model = TransformerLM(zoo.model_config(config.model.to_dict(), tokenizer.vocab_size))
+    model = TransformerLM(model_config(config.model.to_dict(), tokenizer.vocab_size))
     seq_len, batch_size = config.data.seq_len, config.data.batch_size
     if seq_len > model.config.max_len:
         raise ValueError(
