@@ -75,29 +75,24 @@ _COMPARE = flags.DEFINE_bool(
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Also write every figure to this JSON file.")
 
 
+def _gpt2_fields(layers: int, heads: int, dim: int) -> dict:
+    """GPT-2 style model fields: MLP 4x wide, positions up to --cache_len."""
+    return dict(
+        num_layers=layers, num_heads=heads, embed_dim=dim, mlp_dim=4 * dim, max_len=_CACHE_LEN.value
+    )
+
+
 def build_pair(jax, np):
     """Target, draft and their params from the flags (`specjax.models.build`)."""
     from specjax.models import build
 
     vocab, cache_len = _VOCAB.value, _CACHE_LEN.value
-    target_fields = dict(
-        num_layers=_TARGET_LAYERS.value,
-        num_heads=_TARGET_HEADS.value,
-        embed_dim=_TARGET_DIM.value,
-        mlp_dim=4 * _TARGET_DIM.value,
-        max_len=cache_len,
-    )
+    target_fields = _gpt2_fields(_TARGET_LAYERS.value, _TARGET_HEADS.value, _TARGET_DIM.value)
     target, target_params = build.init_model(target_fields, vocab, jax.random.PRNGKey(_SEED.value))
     kind = _DRAFT.value
     if kind not in ("transformer", "self", "bigram") and not kind.startswith("truncated:"):
         raise ValueError(f"--draft must be transformer, self, truncated:K or bigram; got {kind!r}")
-    draft_fields = dict(
-        num_layers=_DRAFT_LAYERS.value,
-        num_heads=_DRAFT_HEADS.value,
-        embed_dim=_DRAFT_DIM.value,
-        mlp_dim=4 * _DRAFT_DIM.value,
-        max_len=cache_len,
-    )
+    draft_fields = _gpt2_fields(_DRAFT_LAYERS.value, _DRAFT_HEADS.value, _DRAFT_DIM.value)
     tokens = None
     if kind == "bigram":
         # Fitted on the target's greedy continuation of a random prompt: some agreement.
