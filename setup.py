@@ -2,6 +2,10 @@
 
 CPU wheels of JAX are the default. On an accelerator install the matching JAX
 build first (see README, "Installing on TPU / GPU"), then `pip install -e .`.
+
+Only the library `specjax` is installed. `configs/`, `experiments/` and
+`scripts/` are run from the checkout, as in the flax examples:
+`python -m experiments.main --config=configs/...` from the repository root.
 """
 
 from setuptools import find_packages, setup
@@ -13,7 +17,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["specjax", "specjax.*", "configs", "experiments"]),
+    packages=find_packages(include=["specjax", "specjax.*"]),
     install_requires=[
         # Lower bounds are the versions this project is tested with.
         "jax>=0.10.2",

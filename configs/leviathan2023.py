@@ -34,7 +34,12 @@ MINI_SIZES = {
 
 def _parse(arg):
     return parse_options(
-        arg, ints=("repeats",), strs=("corpus", "gammas", "drafts"), switches=("tiny",)
+        arg,
+        ints=("repeats",),
+        strs=("corpus",),
+        int_lists=("gammas",),
+        str_lists=("drafts",),
+        switches=("tiny",),
     )
 
 
@@ -51,10 +56,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
     # tiny, the MINI_SIZES above; "<draft>_distilled" is that draft distilled from the target
     # (total-variation objective, i.e. aimed at α); unigram/bigram are fitted on the train split.
     config.target = "mini_target" if tiny else "target"
-    drafts = _DRAFTS_TINY if tiny else _DRAFTS_FULL
-    if "drafts" in options:
-        drafts = tuple(options["drafts"].split("/"))
-    config.drafts = ",".join(drafts)
+    config.drafts = options.get("drafts", _DRAFTS_TINY if tiny else _DRAFTS_FULL)
     # Training steps of the mini models (zoo models use configs/train.py's own settings).
     config.mini_steps = 300
     config.mini_seq_len = 160
@@ -63,10 +65,10 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
     config.alpha_prompts = 16 if tiny else 64
     config.alpha_prompt_len = 32
     config.alpha_new_tokens = 64 if tiny else 160
-    config.temperatures = "0,1"
+    config.temperatures = (0.0, 1.0)
 
     # Walltime: prompts decoded at batch 1 (as in the paper) for each γ.
-    config.gammas = options.get("gammas", "1/2/3/4/6/8")
+    config.gammas = options.get("gammas", (1, 2, 3, 4, 6, 8))
     config.walltime_prompts = 3 if tiny else 2
     config.walltime_prompt_len = 32
     config.max_new_tokens = 64 if tiny else 128

@@ -14,6 +14,8 @@ def parse_options(
     floats=(),
     strs=(),
     lists=(),
+    int_lists=(),
+    str_lists=(),
     switches=(),
 ) -> dict:
     """Parses "k=v,k2=v2,switch" into a dict.
@@ -22,6 +24,8 @@ def parse_options(
       arg: the text after the colon in --config=path:arg (None or "" for none).
       ints, floats, strs: option names whose values are converted to int, float or kept as str.
       lists: option names whose values are "/"-separated floats ("0.5/0.9" -> [0.5, 0.9]).
+      int_lists, str_lists: the same, of ints ("1/2/4" -> (1, 2, 4)) or of strings, as tuples
+        (what a ConfigDict field holds).
       switches: names given without "=value"; they map to True.
 
     Returns:
@@ -32,6 +36,8 @@ def parse_options(
     """
     kinds = {**{k: int for k in ints}, **{k: float for k in floats}, **{k: str for k in strs}}
     kinds.update({k: "list" for k in lists})
+    kinds.update({k: (int,) for k in int_lists})
+    kinds.update({k: (str,) for k in str_lists})
     options = {}
     for item in (arg or "").split(","):
         item = item.strip()
@@ -50,6 +56,8 @@ def parse_options(
         try:
             if kind == "list":
                 options[key] = [float(v) for v in value.split("/") if v]
+            elif isinstance(kind, tuple):
+                options[key] = tuple(kind[0](v) for v in value.split("/") if v)
             else:
                 options[key] = kind(value)
         except ValueError as e:

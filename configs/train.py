@@ -63,7 +63,7 @@ String options after the colon (comma-separated, big_vision style):
     steps=600            training steps
     family=gpt2          gpt2 | llama
     distill=target       distil from that size's exported run on the same corpus (train it first)
-    objective=tv         distillation loss: tv | kl | tv_kl | greedy (see specjax/distill.py)
+    objective=tv         distillation loss: tv | kl | tv_kl | greedy (specjax/training/distill.py)
     init=data            with distill: start from the same-size draft trained on data (train it
                          first) and fine-tune for steps=200 by default, instead of from scratch
     tiny                 seconds-long smoke/test settings (short windows, few steps)

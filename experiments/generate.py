@@ -22,41 +22,9 @@ from specjax.data import EOS_ID, ByteTokenizer, load_corpus
 from specjax.decoding.autoregressive import AutoregressiveDecoder
 from specjax.decoding.sampling import make_warper
 from specjax.decoding.speculative import SpeculativeDecoder
-from specjax.models import (
-    NgramLM,
-    PromptLookupLM,
-    TransformerConfig,
-    TransformerLM,
-    UniformLM,
-    fit_ngram,
-)
+from specjax.models import TransformerLM, build
 
 DRAFT_KINDS = ("transformer", "bigram", "unigram", "uniform", "prompt_lookup", "self", "none")
-FAMILIES = ("gpt2", "llama")
-
-
-def model_config(fields, vocab_size: int, name: str) -> TransformerConfig:
-    """Builds a TransformerConfig from a config section.
-
-    Args:
-      fields: mapping with "family" ("gpt2" or "llama") and TransformerConfig fields.
-      vocab_size: the tokenizer's vocabulary size.
-      name: the section's name for error messages ("config.target").
-
-    Returns:
-      The frozen model config.
-    """
-    fields = dict(fields)
-    family = fields.pop("family", "gpt2")
-    if family not in FAMILIES:
-        raise ValueError(f"{name}.family must be one of {FAMILIES}, got {family!r}")
-    make = TransformerConfig.gpt2 if family == "gpt2" else TransformerConfig.llama
-    return make(vocab_size, **fields)
-
-
-# Jitted with the (hashable) model static: one compiled program per model config, reused across
-# runs in one process, instead of one small eager dispatch per parameter.
-_init_params = jax.jit(lambda model, key: model.init_params(key), static_argnums=0)
 
 
 def load_or_init(fields, checkpoint: str | None, vocab_size: int, key, name: str):
@@ -74,8 +42,7 @@ def load_or_init(fields, checkpoint: str | None, vocab_size: int, key, name: str
       (TransformerLM, params).
     """
     if checkpoint is None:
-        model = TransformerLM(model_config(fields, vocab_size, f"config.{name}"))
-        return model, _init_params(model, key)
+        return build.init_model(fields, vocab_size, key, where=f"config.{name}")
     if not os.path.exists(checkpoint):
         raise FileNotFoundError(
             f"config.{name}_checkpoint={checkpoint!r} does not exist; give a training run's "
@@ -101,26 +68,25 @@ def build_draft(config, target, target_params, vocab_size: int, key):
       (model, params) or None.
     """
     kind = config.draft_kind
-    if kind == "none":
-        return None
-    if kind == "self":
-        return target, target_params
+    if kind not in DRAFT_KINDS:
+        raise ValueError(f"config.draft_kind must be one of {DRAFT_KINDS}, got {kind!r}")
     if kind == "transformer":
         return load_or_init(config.draft, config.draft_checkpoint, vocab_size, key, "draft")
+    tokens = None
     if kind in ("bigram", "unigram"):
         ngram = config.ngram
         if ngram.max_tokens < 2:
             raise ValueError(f"config.ngram.max_tokens must be >= 2, got {ngram.max_tokens}")
         tokens = load_corpus(ngram.corpus, ngram.split)[: ngram.max_tokens]
-        order = 2 if kind == "bigram" else 1
-        params = fit_ngram(tokens, vocab_size, order, smoothing=ngram.smoothing)
-        return NgramLM(vocab_size, order), params
-    if kind == "uniform":
-        return UniformLM(vocab_size), {}
-    if kind == "prompt_lookup":
-        lookup = config.prompt_lookup
-        return PromptLookupLM(vocab_size, lookup.max_ngram, lookup.min_ngram), {}
-    raise ValueError(f"config.draft_kind must be one of {DRAFT_KINDS}, got {kind!r}")
+    return build.build_draft(
+        kind,
+        target,
+        target_params,
+        tokens=tokens,
+        smoothing=config.ngram.smoothing,
+        max_ngram=config.prompt_lookup.max_ngram,
+        min_ngram=config.prompt_lookup.min_ngram,
+    )
 
 
 def build_models(config, vocab_size: int):

@@ -3,7 +3,8 @@
     python -m experiments.main --config=configs/theory.py
     python -m experiments.main --config=configs/theory.py:alpha=0.8,c=0.05 --workdir=/tmp/run
 
-The mode comes from `--mode` if given, else from `config.mode`. Each mode is a module
+Run from the repository root (configs/ and experiments/ live in the checkout, not in the installed
+package). The mode comes from `--mode` if given, else from `config.mode`. Each mode is a module
 `experiments/<mode>.py` exposing `run(config, workdir)`, so the same code runs from a Colab cell.
 """
 
@@ -12,6 +13,8 @@ import os
 
 from absl import app, flags, logging
 from ml_collections import config_flags
+
+import specjax
 
 _CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
@@ -57,6 +60,7 @@ def run_mode(mode: str, config, workdir: str) -> None:
 
 
 def main(argv):
+    specjax.configure_cpu()  # before the first JAX computation (SPECJAX_NO_XLA_FLAGS=1 opts out)
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     config = FLAGS.config

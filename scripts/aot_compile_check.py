@@ -25,6 +25,9 @@ from absl import app, flags
 from ml_collections import config_flags
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _REPO)  # configs/ and experiments/ are run from the checkout
+
+import specjax  # noqa: E402
 
 config_flags.DEFINE_config_file(
     "config", os.path.join(_REPO, "configs", "scale.py"), "configs/scale.py[:options]"
@@ -94,6 +97,7 @@ def report(name: str, compiled, seconds: float, device_kind: str) -> dict:
 
 def main(argv):
     del argv
+    specjax.configure_cpu()  # before JAX starts
     if _PLATFORM.value == "cpu":
         # Read when the CPU backend starts (first device query below), so set it first.
         flag = f"--xla_force_host_platform_device_count={_CPU_DEVICES.value}"
@@ -101,14 +105,14 @@ def main(argv):
 
     import jax
 
-    from specjax import scaleout
+    from experiments import scale
     from specjax import sharding as sh
 
     config = flags.FLAGS.config
     devices = topology_devices(_PLATFORM.value, _TOPOLOGY.value)
     kind = devices[0].device_kind
     mesh = sh.mesh_from_config(config.mesh, devices)
-    target, draft = scaleout.build_models(config)
+    target, draft = scale.build_models(config)
     print(
         f"{_TOPOLOGY.value if _PLATFORM.value == 'tpu' else 'cpu'}: {len(devices)} x {kind}; "
         f"mesh {dict(mesh.shape)}; target {config.target.size} "
@@ -116,7 +120,7 @@ def main(argv):
         f"{config.dtype}"
     )
     if "generate" in _PROGRAMS.value:
-        decoder = scaleout.sharded_decoder(config, target, draft, mesh)
+        decoder = scale.sharded_decoder(config, target, draft, mesh)
         abstract = [jax.eval_shape(m.init_params, jax.random.PRNGKey(0)) for m in decoder.models]
         start = time.perf_counter()
         width = config.prompt_len
@@ -124,9 +128,9 @@ def main(argv):
         compiled = lowered.compile()
         report("generate", compiled, time.perf_counter() - start, kind)
     if "train" in _PROGRAMS.value:
-        step, state, _, _ = scaleout.train_program(config, target, mesh)
+        step, state, _, _ = scale.train_program(config, target, mesh)
         start = time.perf_counter()
-        compiled = step.lower(state, scaleout.abstract_batch(config)).compile()
+        compiled = step.lower(state, scale.abstract_batch(config)).compile()
         report("train", compiled, time.perf_counter() - start, kind)
 
 

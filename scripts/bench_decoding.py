@@ -20,8 +20,9 @@ waiting for a core, which hurts second-long loops more than millisecond parts. P
     (block_until_ready after each; includes ~0.1-0.3 ms of Python dispatch per call) and inside
     one device loop (`fori_loop` of --inner calls, divided), which is how the decoders pay them;
   * the number of cache-sized copy ops in the compiled HLO of the one-token step and of both
-    decoders' loops (XLA:CPU pitfall, see the perf notes). specjax sets
-    --xla_cpu_copy_insertion_use_region_analysis=true on import unless SPECJAX_NO_XLA_FLAGS=1;
+    decoders' loops (XLA:CPU pitfall, see specjax/runtime.py). This script calls
+    specjax.configure_cpu(), which sets --xla_cpu_copy_insertion_use_region_analysis=true
+    unless SPECJAX_NO_XLA_FLAGS=1;
     --compare_xla_flag runs this script twice in subprocesses, with and without it.
 
 Draft choices (random weights have no knowledge, so alpha comes from the construction):
@@ -45,7 +46,9 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import specjax  # noqa: E402, F401  (sets XLA_FLAGS before JAX starts, unless opted out)
+import specjax  # noqa: E402
+
+specjax.configure_cpu()  # before JAX starts; SPECJAX_NO_XLA_FLAGS=1 opts out
 
 _FLAG = "--xla_cpu_copy_insertion_use_region_analysis"
 
@@ -72,53 +75,25 @@ _COMPARE = flags.DEFINE_bool(
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Also write every figure to this JSON file.")
 
 
-def _random_params(model, seed):
-    """Random weights with the model's own initialisers, jitted (one program)."""
-    import jax
-
-    return jax.jit(model.init_params)(jax.random.PRNGKey(seed))
+def _gpt2_fields(layers: int, heads: int, dim: int) -> dict:
+    """GPT-2 style model fields: MLP 4x wide, positions up to --cache_len."""
+    return dict(
+        num_layers=layers, num_heads=heads, embed_dim=dim, mlp_dim=4 * dim, max_len=_CACHE_LEN.value
+    )
 
 
 def build_pair(jax, np):
-    """Target, draft and their params from the flags."""
-    from specjax.models import NgramLM, TransformerConfig, TransformerLM, fit_ngram
+    """Target, draft and their params from the flags (`specjax.models.build`)."""
+    from specjax.models import build
 
     vocab, cache_len = _VOCAB.value, _CACHE_LEN.value
-    target_cfg = TransformerConfig.gpt2(
-        vocab,
-        num_layers=_TARGET_LAYERS.value,
-        num_heads=_TARGET_HEADS.value,
-        embed_dim=_TARGET_DIM.value,
-        mlp_dim=4 * _TARGET_DIM.value,
-        max_len=cache_len,
-    )
-    target = TransformerLM(target_cfg)
-    target_params = _random_params(target, _SEED.value)
+    target_fields = _gpt2_fields(_TARGET_LAYERS.value, _TARGET_HEADS.value, _TARGET_DIM.value)
+    target, target_params = build.init_model(target_fields, vocab, jax.random.PRNGKey(_SEED.value))
     kind = _DRAFT.value
-    if kind == "self":
-        return target, target_params, target, target_params
-    if kind.startswith("truncated:"):
-        k = int(kind.split(":", 1)[1])
-        if not 1 <= k <= target_cfg.num_layers:
-            raise ValueError(f"--draft=truncated:K needs 1 <= K <= {target_cfg.num_layers}")
-        import dataclasses
-
-        draft = TransformerLM(dataclasses.replace(target_cfg, num_layers=k))
-        keep = {f"block_{i}" for i in range(k)} | {"embed", "final_norm", "pos_embed", "head"}
-        draft_params = {n: v for n, v in target_params.items() if n in keep}
-        return target, target_params, draft, draft_params
-    if kind == "transformer":
-        draft = TransformerLM(
-            TransformerConfig.gpt2(
-                vocab,
-                num_layers=_DRAFT_LAYERS.value,
-                num_heads=_DRAFT_HEADS.value,
-                embed_dim=_DRAFT_DIM.value,
-                mlp_dim=4 * _DRAFT_DIM.value,
-                max_len=cache_len,
-            )
-        )
-        return target, target_params, draft, _random_params(draft, _SEED.value + 1)
+    if kind not in ("transformer", "self", "bigram") and not kind.startswith("truncated:"):
+        raise ValueError(f"--draft must be transformer, self, truncated:K or bigram; got {kind!r}")
+    draft_fields = _gpt2_fields(_DRAFT_LAYERS.value, _DRAFT_HEADS.value, _DRAFT_DIM.value)
+    tokens = None
     if kind == "bigram":
         # Fitted on the target's greedy continuation of a random prompt: some agreement.
         from specjax.decoding.autoregressive import AutoregressiveDecoder
@@ -126,9 +101,16 @@ def build_pair(jax, np):
 
         prompt = np.random.default_rng(_SEED.value + 7).integers(0, vocab, 16)
         ar = AutoregressiveDecoder(target, make_warper(0), cache_len=cache_len)
-        text = ar.generate(target_params, [prompt], jax.random.PRNGKey(0), 256).new_tokens()[0]
-        return target, target_params, NgramLM(vocab, 2), fit_ngram(text, vocab, 2)
-    raise ValueError(f"--draft must be transformer, self, truncated:K or bigram; got {kind!r}")
+        tokens = ar.generate(target_params, [prompt], jax.random.PRNGKey(0), 256).new_tokens()[0]
+    draft, draft_params = build.build_draft(
+        kind,
+        target,
+        target_params,
+        fields=draft_fields,
+        key=jax.random.PRNGKey(_SEED.value + 1),
+        tokens=tokens,
+    )
+    return target, target_params, draft, draft_params
 
 
 def count_cache_copies(hlo: str, cache_shape) -> int:

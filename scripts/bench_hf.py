@@ -36,7 +36,9 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import specjax  # noqa: E402, F401  (sets XLA flags before JAX starts)
+import specjax  # noqa: E402
+
+specjax.configure_cpu()  # before JAX starts; SPECJAX_NO_XLA_FLAGS=1 opts out
 
 _VOCAB = flags.DEFINE_integer("vocab", 256, "Vocabulary size of generated models.")
 _EMBED = flags.DEFINE_integer("embed", 768, "Target width.")

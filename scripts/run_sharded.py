@@ -15,6 +15,7 @@ processes on TPU pod slices, SLURM and Open MPI; --distributed=explicit takes th
 """
 
 import os
+import sys
 import time
 
 import numpy as np
@@ -22,6 +23,10 @@ from absl import app, flags
 from ml_collections import config_flags
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _REPO)  # configs/ and experiments/ are run from the checkout
+
+import specjax  # noqa: E402
+
 config_flags.DEFINE_config_file(
     "config", os.path.join(_REPO, "configs", "scale.py"), "configs/scale.py[:options]"
 )
@@ -46,11 +51,11 @@ def run_generate(config, mesh):
     """Times sharded speculative generation; prints ms/token and the acceptance rate."""
     import jax
 
-    from specjax import scaleout
+    from experiments import scale
 
-    target, draft = scaleout.build_models(config)
-    target, draft, tp, dp = scaleout.load_params(config, target, draft)
-    decoder = scaleout.sharded_decoder(config, target, draft, mesh)
+    target, draft = scale.build_models(config)
+    target, draft, tp, dp = scale.load_params(config, target, draft)
+    decoder = scale.sharded_decoder(config, target, draft, mesh)
     tp, dp = decoder.shard_params(tp, dp)
     rng = np.random.default_rng(config.seed)  # same prompts in every process
     prompts = rng.integers(0, config.vocab_size, (config.batch_size, config.prompt_len))
@@ -76,12 +81,12 @@ def run_train(config, mesh):
     """Times sharded AdamW steps on random token windows; prints loss and tokens/s."""
     import jax
 
-    from specjax import scaleout
+    from experiments import scale
     from specjax import sharding as sh
     from specjax.training.steps import init_train_state
 
-    target, _ = scaleout.build_models(config)
-    step, _, shardings, tx = scaleout.train_program(config, target, mesh)
+    target, _ = scale.build_models(config)
+    step, _, shardings, tx = scale.train_program(config, target, mesh)
     params = target.init_params(jax.random.PRNGKey(config.seed))
     state = sh.put(init_train_state(params, tx), shardings)
     rows = sh.batch_sharding(mesh, sh.rules_from_config(config.mesh), 2)
@@ -101,6 +106,7 @@ def run_train(config, mesh):
 
 def main(argv):
     del argv
+    specjax.configure_cpu()  # before JAX starts
     if _CPU_DEVICES.value:
         flag = f"--xla_force_host_platform_device_count={_CPU_DEVICES.value}"
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()

@@ -20,6 +20,7 @@ from absl import app, flags, logging
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import specjax  # noqa: E402
 from experiments import zoo  # noqa: E402
 from specjax.alpha import alpha_table  # noqa: E402
 from specjax.checkpoint import model_config_from_dict  # noqa: E402
@@ -39,6 +40,7 @@ OBJECTIVES = ("tv", "kl")
 
 def main(argv):
     del argv
+    specjax.configure_cpu()  # before the first JAX computation
     logging.set_verbosity(logging.WARNING)  # orbax logs every restore at INFO
     corpus, target_size = _CORPUS.value, _TARGET.value
     try:

@@ -15,10 +15,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.data.batches import spread_eval_batches
 from specjax.data.tokenizer import PAD_ID
 from specjax.decoding.sampling import Warper, make_warper
 from specjax.models.interface import check_pair
-from specjax.training.steps import sequence_logits, spread_eval_batches
+from specjax.models.sequence import sequence_logits
 
 
 def overlap(target_logits: jax.Array, draft_logits: jax.Array, warper: Warper) -> jax.Array:

@@ -1,7 +1,8 @@
 """The decode loops must update the KV cache in place: no cache-sized copies in the compiled HLO.
 
-XLA:CPU copied every cache buffer once per step until specjax set
---xla_cpu_copy_insertion_use_region_analysis (see specjax/__init__.py); this guards against that
+XLA:CPU copies every cache buffer once per step without
+--xla_cpu_copy_insertion_use_region_analysis (set by `specjax.configure_cpu()`, which
+tests/conftest.py calls before JAX starts; see specjax/runtime.py); this guards against that
 regression structurally (counting HLO copy ops), not with a timing assertion.
 """
 
@@ -10,10 +11,13 @@ import re
 import jax
 import numpy as np
 
-import specjax  # noqa: F401  (sets XLA_FLAGS before the backend starts)
+import specjax
 from specjax.decoding import autoregressive, loop, speculative
 from specjax.decoding.sampling import make_warper
 from specjax.models import NgramLM, TransformerConfig, TransformerLM, fit_ngram
+
+# conftest.py set the flag before JAX started; this only confirms it is in effect.
+assert specjax.configure_cpu(), "the XLA:CPU copy-insertion flag is off (see tests/conftest.py)"
 
 CACHE_LEN = 128
 

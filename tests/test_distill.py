@@ -12,8 +12,8 @@ import pytest
 from specjax.alpha import measure_alpha
 from specjax.data.tokenizer import VOCAB_SIZE
 from specjax.decoding.sampling import make_warper
-from specjax.distill import distill_loss, divergence, make_distill_step
 from specjax.models import TransformerConfig, TransformerLM
+from specjax.training.distill import distill_loss, divergence, make_distill_step
 from specjax.training.optim import make_optimizer
 from specjax.training.steps import init_train_state
 

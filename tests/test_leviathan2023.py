@@ -25,7 +25,7 @@ def run_dir(tmp_path_factory):
     os.environ["SPECJAX_CACHE"] = str(cache)
     config = lev_config.get_config("tiny,gammas=1/2,repeats=1")
     config.target = "tiny_target"
-    config.drafts = "unigram,tiny_draft,tiny_draft_distilled"
+    config.drafts = ("unigram", "tiny_draft", "tiny_draft_distilled")
     config.cache_len = 64
     config.alpha_prompts = 4
     config.alpha_prompt_len = 8

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from configs import scale
-from specjax import scaleout
+from experiments import scale as scale_lib
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -35,11 +35,11 @@ def test_scale_config_rejects_unknown_options(arg, message):
 
 def test_build_models_follow_the_config():
     config = scale.get_config("tiny")
-    target, draft = scaleout.build_models(config)
+    target, draft = scale_lib.build_models(config)
     assert target.config.num_kv_heads == 2 and target.config.positions == "rope"
     assert draft.config.embed_dim == 32 and draft.vocab_size == target.vocab_size == 256
     assert target.config.max_len == max(config.cache_len, config.seq_len)
-    same, itself = scaleout.build_models(scale.get_config("tiny,draft=self"))
+    same, itself = scale_lib.build_models(scale.get_config("tiny,draft=self"))
     assert itself is same
 
 

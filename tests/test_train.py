@@ -12,6 +12,7 @@ import pytest
 
 from configs import train as train_config
 from specjax import checkpoint as ckpt_lib
+from specjax.data.batches import spread_eval_batches
 from specjax.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE
 from specjax.models import TransformerConfig, TransformerLM
 from specjax.models.ngram import LengthState
@@ -25,7 +26,6 @@ from specjax.training.steps import (
     init_train_state,
     make_eval_step,
     make_train_step,
-    spread_eval_batches,
 )
 
 

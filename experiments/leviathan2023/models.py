@@ -92,7 +92,7 @@ def load_all(config, workdir: str, log=print) -> dict:
     Returns:
       {"target": (model, params, meta), "drafts": {name: (model, params, info)}}.
     """
-    drafts_wanted = [d for d in config.drafts.split(",") if d]
+    drafts_wanted = list(config.drafts)
     target_cfg = train_config(config.target, config)
     out = {"target": ensure_model(target_cfg, workdir, log), "drafts": {}}
     train_tokens = None

@@ -31,11 +31,11 @@ def _log(msg: str) -> None:
 
 
 def _temperatures(config) -> list[float]:
-    return [float(t) for t in str(config.temperatures).split(",")]
+    return [float(t) for t in config.temperatures]
 
 
 def _gammas(config) -> list[int]:
-    return [int(g) for g in str(config.gammas).split("/")]
+    return [int(g) for g in config.gammas]
 
 
 def measure_alpha_table(config, target, tparams, drafts, val_tokens) -> dict:

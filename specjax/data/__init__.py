@@ -7,6 +7,7 @@ from specjax.data.batches import (
     eval_batches,
     eval_windows,
     sample_prompts,
+    spread_eval_batches,
     window_starts,
 )
 from specjax.data.corpora import CORPORA, SPLITS, load_corpus, load_corpus_info
@@ -43,5 +44,6 @@ __all__ = [
     "load_corpus_info",
     "pad_batch",
     "sample_prompts",
+    "spread_eval_batches",
     "window_starts",
 ]

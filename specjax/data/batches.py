@@ -177,6 +177,36 @@ def eval_batches(
         yield chunk, valid
 
 
+def spread_eval_batches(tokens, seq_len: int, batch_size: int, max_windows: int | None = None):
+    """Fixed evaluation windows spread evenly over a split, in batches of one shape.
+
+    Like `eval_batches`, but a cap keeps windows spaced evenly across the whole split instead of
+    its first ones (whose documents, in sorted order, are not a fair sample).
+
+    Args:
+      tokens: 1-D token ids.
+      seq_len: window length (inputs; a window holds seq_len + 1 tokens).
+      batch_size: windows per batch.
+      max_windows: how many windows (the first, last and evenly spaced ones between); None or
+        at least the number of windows: all.
+
+    Yields:
+      windows int32 [batch_size, seq_len + 1] and valid bool [batch_size] (False: padding row).
+    """
+    windows = eval_windows(tokens, seq_len)  # [num, seq_len + 1], disjoint targets
+    num = windows.shape[0]
+    if max_windows is not None and max_windows < num:
+        # Consecutive picks are >= 1 apart before flooring, so they stay distinct.
+        windows = windows[np.floor(np.linspace(0, num - 1, max_windows)).astype(np.int64)]
+    for lo in range(0, windows.shape[0], batch_size):
+        chunk = windows[lo : lo + batch_size]
+        valid = np.arange(batch_size) < chunk.shape[0]  # [batch_size]
+        if chunk.shape[0] < batch_size:
+            pad = np.full((batch_size - chunk.shape[0], seq_len + 1), PAD_ID, np.int32)
+            chunk = np.concatenate([chunk, pad])
+        yield chunk, valid
+
+
 @dataclasses.dataclass(frozen=True)
 class Prompts:
     """Prompts cut from a corpus, with what followed them there.

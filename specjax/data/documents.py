@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -57,6 +57,26 @@ def in_validation(key: str, validation_percent: int) -> bool:
     """
     digest = hashlib.sha256(key.encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big") % 100 < validation_percent
+
+
+def fingerprint(header: str, named_documents: Iterable[tuple[str, bytes]]) -> str:
+    """sha256 hex over a header line, then each document's name, size and sha256, in order.
+
+    A corpus records it with every split: it changes with any file, its name or the header
+    (which names the corpus, its version and its split rule), never with the machine.
+
+    Args:
+      header: one line identifying the corpus and how it is split.
+      named_documents: (name, raw bytes) pairs in a fixed order.
+
+    Returns:
+      64 hex digits.
+    """
+    h = hashlib.sha256()
+    h.update(f"{header}\n".encode())
+    for name, data in named_documents:
+        h.update(f"{name}\t{len(data)}\t{hashlib.sha256(data).hexdigest()}\n".encode())
+    return h.hexdigest()
 
 
 def join_documents(docs: Sequence[bytes], tokenizer) -> np.ndarray:

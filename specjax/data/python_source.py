@@ -17,7 +17,6 @@ validation files, 0.49 MB); reading and tokenizing it takes ~0.15 s, so nothing 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sysconfig
 
@@ -103,12 +102,8 @@ def split_files(paths: list[str], split: str) -> list[str]:
 
 def fingerprint(paths: list[str], contents: dict[str, bytes]) -> str:
     """sha256 hex over the file list, sizes and contents (see module docstring)."""
-    h = hashlib.sha256()
-    h.update(f"python-stdlib-corpus v1 validation_percent={VALIDATION_PERCENT}\n".encode())
-    for p in paths:
-        data = contents[p]
-        h.update(f"{p}\t{len(data)}\t{hashlib.sha256(data).hexdigest()}\n".encode())
-    return h.hexdigest()
+    header = f"python-stdlib-corpus v1 validation_percent={VALIDATION_PERCENT}"
+    return documents.fingerprint(header, ((p, contents[p]) for p in paths))
 
 
 def load_python_source(split: str, tokenizer, root: str | None = None) -> documents.Corpus:

@@ -309,12 +309,8 @@ def fetch_shakespeare(
 
 def fingerprint(texts: dict[str, bytes]) -> str:
     """sha256 hex over the names, sizes and sha256s of all texts."""
-    h = hashlib.sha256()
-    h.update(f"shakespeare-corpus v1 validation_percent={VALIDATION_PERCENT}\n".encode())
-    for name in sorted(texts):
-        data = texts[name]
-        h.update(f"{name}\t{len(data)}\t{hashlib.sha256(data).hexdigest()}\n".encode())
-    return h.hexdigest()
+    header = f"shakespeare-corpus v1 validation_percent={VALIDATION_PERCENT}"
+    return documents.fingerprint(header, ((name, texts[name]) for name in sorted(texts)))
 
 
 def load_shakespeare(split: str, tokenizer, cache_dir: str | None = None) -> documents.Corpus:

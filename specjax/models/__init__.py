@@ -24,3 +24,11 @@ __all__ = [
     "select_rows",
     "state_logical_axes",
 ]
+
+# Added for issue #13: the model builder, and whole-sequence logits of any model (they were
+# in experiments/generate.py, training/zoo.py, scaleout.py, scripts/ and training/steps.py).
+from specjax.models import build  # noqa: E402
+from specjax.models.build import build_draft, init_model, model_config  # noqa: E402
+from specjax.models.sequence import sequence_logits  # noqa: E402
+
+__all__ += ["build", "build_draft", "init_model", "model_config", "sequence_logits"]

@@ -1,7 +1,8 @@
-"""Training: optimizer, pure train/eval steps, the model zoo, n-gram drafts.
+"""Training: optimizer, pure train/eval steps, distillation, the model zoo, n-gram drafts.
 
-The checkpointed loop is `specjax.training.loop.train_and_evaluate`; it is not imported here
-because it depends on `specjax.alpha` and `specjax.distill`, which depend on this package.
+The checkpointed loop is `specjax.training.loop.train_and_evaluate` and data/tensor-parallel
+steps are in `specjax.training.sharded`; neither is imported here, so that importing the steps
+does not load orbax or the mesh code.
 """
 
 from specjax.training.ngrams import fit_and_save, load_ngram, ngram_cache_dir, save_ngram

@@ -16,10 +16,9 @@ parameters also go to the model cache (`zoo.model_cache_dir`) for later experime
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import signal
-import threading
 import time
 
 import jax
@@ -32,11 +31,19 @@ from specjax.alpha import mean_alpha
 from specjax.data.batches import TrainBatches
 from specjax.data.corpora import load_corpus, load_corpus_info
 from specjax.data.tokenizer import ByteTokenizer
-from specjax.distill import make_distill_step
+from specjax.models.build import model_config
 from specjax.models.transformer import TransformerLM
 from specjax.training import ngrams, zoo
+from specjax.training.distill import make_distill_step
 from specjax.training.optim import learning_rate_schedule, make_optimizer
-from specjax.training.progress import ProgressBar, Throughput
+from specjax.training.progress import (
+    ProgressBar,
+    Throughput,
+    append_metrics,
+    quiet_orbax_logs,
+    truncate_metrics,
+)
+from specjax.training.signals import StopRequest
 from specjax.training.steps import (
     TrainState,
     evaluate,
@@ -47,42 +54,6 @@ from specjax.training.steps import (
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
-
-
-class _QuietOrbax:
-    """Drops orbax's INFO records (several per save) from absl's log; warnings still pass."""
-
-    def filter(self, record) -> bool:
-        return record.levelno >= 30 or "orbax" not in record.pathname
-
-
-def quiet_orbax_logs() -> None:
-    """Installs `_QuietOrbax` on absl's handler (once)."""
-    handler = logging.get_absl_handler()
-    if not any(isinstance(f, _QuietOrbax) for f in handler.filters):
-        handler.addFilter(_QuietOrbax())
-
-
-class _StopRequest:
-    """Turns SIGTERM/SIGINT into a flag the loop checks after each step (then saves and exits)."""
-
-    def __init__(self):
-        self.signal = None
-        self._previous = {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():  # signal() needs it
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, frame):
-        del frame
-        self.signal = signal.Signals(signum).name
-
-    def __exit__(self, *exc):
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
@@ -116,23 +87,6 @@ def check_same_run(saved_config: dict, config_dict: dict, path: str) -> None:
             + "\n  ".join(diffs)
             + "\nUse another --workdir, or restore the old configuration to resume."
         )
-
-
-def _append_metrics(path: str, record: dict) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
-
-
-def _truncate_metrics(path: str, last_step: int) -> None:
-    """Drops records past `last_step` (written by a killed run after its last checkpoint)."""
-    if not os.path.exists(path):
-        return
-    with open(path, encoding="utf-8") as f:
-        records = [json.loads(line) for line in f if line.strip()]
-    with open(path, "w", encoding="utf-8") as f:
-        for r in records:
-            if r["step"] <= last_step:
-                f.write(json.dumps(r) + "\n")
 
 
 def _check_config(config) -> None:
@@ -218,6 +172,128 @@ class _Task:
         self.eval_fn = eval_fn
 
 
+class _Clock:
+    """Training seconds: this run's wall time minus evaluation/saving, plus earlier runs'."""
+
+    def __init__(self, seconds_before: float):
+        self.seconds_before = seconds_before
+        self.start, self.overhead = time.perf_counter(), 0.0
+
+    def train_seconds(self) -> float:
+        """Seconds spent training so far, over all runs of this workdir."""
+        return self.seconds_before + time.perf_counter() - self.start - self.overhead
+
+    @contextlib.contextmanager
+    def overhead_of(self):
+        """Time spent inside the block is not training time."""
+        t0 = time.perf_counter()
+        yield
+        self.overhead += time.perf_counter() - t0
+
+
+def _restore_or_init(config, config_dict, model, tx, checkpointer, train_info, metrics_path):
+    """The state to start from: the newest good checkpoint (checked), else fresh parameters.
+
+    Returns:
+      (TrainState, training seconds of earlier runs).
+    """
+    abstract_params = jax.eval_shape(model.init_params, jax.random.PRNGKey(config.seed))
+    restored = checkpointer.restore_latest(
+        abstract_params, jax.eval_shape(tx.init, abstract_params)
+    )
+    if restored is None:
+        if config.distill.get("init"):
+            params = _initial_params(config.distill.init, abstract_params)
+        else:
+            params = model.init_params(jax.random.PRNGKey(config.seed))
+        if os.path.exists(metrics_path):
+            os.remove(metrics_path)
+        return init_train_state(params, tx), 0.0
+    step, params, opt_state, meta = restored
+    check_same_run(meta["config"], config_dict, checkpointer.step_path(step))
+    if meta["data"]["fingerprint"] != train_info.fingerprint:
+        raise ValueError(
+            f"checkpoint {checkpointer.step_path(step)} was trained on {config.data.corpus} "
+            f"data with fingerprint {meta['data']['fingerprint']}, but the corpus now has "
+            f"{train_info.fingerprint} (another Python stdlib or corpus version); resuming "
+            "would mix two datasets. Use another --workdir."
+        )
+    if meta["data"]["next_step"] != step:
+        raise ckpt_lib.CheckpointError(
+            f"checkpoint {checkpointer.step_path(step)} says the data iterator is at step "
+            f"{meta['data']['next_step']}, not {step}"
+        )
+    truncate_metrics(metrics_path, step)
+    logging.info("Resuming from %s (step %d)", checkpointer.step_path(step), step)
+    state = TrainState(jnp.asarray(step, jnp.int32), params, opt_state)
+    return state, float(meta.get("train_seconds", 0.0))
+
+
+def _log_start(config, model, train_info, task) -> None:
+    logging.info(
+        "Run %s: %s params %.3fM, corpus %s (%d train tokens), %d steps x %d x %d tokens%s",
+        config.name,
+        config.model.get("size", "custom"),
+        model.config.num_params() / 1e6,
+        config.data.corpus,
+        train_info.tokens.size,
+        config.num_steps,
+        config.data.batch_size,
+        config.data.seq_len,
+        f", distilled from {task.target_info['name']}" if task.target is not None else "",
+    )
+
+
+def _log_train(pending, step, config, meter, schedule, clock, metrics_path, bar) -> None:
+    """Averages the device metrics since the last log line; writes, logs and draws them."""
+    host = jax.device_get(pending)
+    record = {k: float(np.mean([m[k] for m in host])) for k in host[0]}
+    record.update(
+        step=step,
+        kind="train",
+        tokens_per_second=meter.rate(),
+        learning_rate=float(schedule(step - 1)),
+        train_seconds=clock.train_seconds(),
+    )
+    append_metrics(metrics_path, record)
+    logging.info(
+        "step %d/%d loss %.4f grad_norm %.3f lr %.2e %.0f tokens/s",
+        step,
+        config.num_steps,
+        record["loss"],
+        record["grad_norm"],
+        record["learning_rate"],
+        record["tokens_per_second"],
+    )
+    bar.update(step, f"loss {record['loss']:.3f}")
+
+
+def _final_eval(config, workdir, task, state, step, train_info, vocab_size, summary, make_meta):
+    """The full evaluation of a finished run, its n-gram drafts and its export (into summary)."""
+    t0 = time.perf_counter()
+    final = task.eval_fn(state.params, config.final_eval_windows or None)
+    summary["eval_seconds"] = time.perf_counter() - t0
+    summary["eval"] = final
+    append_metrics(
+        os.path.join(workdir, METRICS_FILE), {"step": step, "kind": "final_eval", **final}
+    )
+    logging.info("final eval: %s", _fmt(final))
+    if config.ngrams:
+        dirs = [os.path.join(workdir, "ngrams")]
+        if config.export:
+            dirs.append(ngrams.ngram_cache_dir(config.data.corpus, train_info.fingerprint))
+        summary["ngrams"] = ngrams.fit_and_save(
+            train_info.tokens, vocab_size, dirs, config.data.corpus, train_info.fingerprint
+        )
+    if config.export:
+        meta = make_meta(step, final)
+        meta["train_seconds"] = summary["train_seconds"]
+        summary["export_dir"] = ckpt_lib.export_model(
+            zoo.model_cache_dir(config.to_dict()), state.params, meta
+        )
+        logging.info("Exported parameters to %s", summary["export_dir"])
+
+
 def train_and_evaluate(config, workdir: str) -> dict:
     """Trains (or distills) the model `config` describes, resuming from `workdir` if possible.
 
@@ -231,6 +307,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
       training seconds, final evaluation metrics, export directory; "stopped" names the signal
       or reason if the run ended early.
     """
+    # ---------------------------------------------------------------------------
+    # Data, model, optimizer and task (plain training or distillation)
+    # ---------------------------------------------------------------------------
     _check_config(config)
     quiet_orbax_logs()
     os.makedirs(workdir, exist_ok=True)
@@ -239,7 +318,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     data_dir = config.data.data_dir or None
     train_info = load_corpus_info(config.data.corpus, "train", tokenizer, data_dir=data_dir)
     val_tokens = load_corpus(config.data.corpus, "validation", tokenizer, data_dir=data_dir)
-    model = TransformerLM(zoo.model_config(config.model.to_dict(), tokenizer.vocab_size))
+    model = TransformerLM(model_config(config.model.to_dict(), tokenizer.vocab_size))
     seq_len, batch_size = config.data.seq_len, config.data.batch_size
     if seq_len > model.config.max_len:
         raise ValueError(
@@ -251,70 +330,29 @@ def train_and_evaluate(config, workdir: str) -> dict:
         optim["peak_lr"], optim["warmup_steps"], config.num_steps, optim["end_lr_fraction"]
     )
     task = _Task(config, model, tx, val_tokens)
-    logging.info(
-        "Run %s: %s params %.3fM, corpus %s (%d train tokens), %d steps x %d x %d tokens%s",
-        config.name,
-        config.model.get("size", "custom"),
-        model.config.num_params() / 1e6,
-        config.data.corpus,
-        train_info.tokens.size,
-        config.num_steps,
-        batch_size,
-        seq_len,
-        f", distilled from {task.target_info['name']}" if task.target is not None else "",
-    )
+    _log_start(config, model, train_info, task)
 
+    # ---------------------------------------------------------------------------
+    # Restore the newest good checkpoint, or start fresh
+    # ---------------------------------------------------------------------------
     checkpointer = ckpt_lib.Checkpointer(
         os.path.join(workdir, ckpt_lib.CHECKPOINT_SUBDIR),
         keep=config.keep_checkpoints,
         async_save=config.async_checkpoints,
     )
     metrics_path = os.path.join(workdir, METRICS_FILE)
-    abstract_params = jax.eval_shape(model.init_params, jax.random.PRNGKey(config.seed))
-    restored = checkpointer.restore_latest(
-        abstract_params, jax.eval_shape(tx.init, abstract_params)
+    state, seconds_before = _restore_or_init(
+        config, config_dict, model, tx, checkpointer, train_info, metrics_path
     )
-    if restored is None:
-        if config.distill.get("init"):
-            params = _initial_params(config.distill.init, abstract_params)
-        else:
-            params = model.init_params(jax.random.PRNGKey(config.seed))
-        state = init_train_state(params, tx)
-        seconds_before = 0.0
-        if os.path.exists(metrics_path):
-            os.remove(metrics_path)
-    else:
-        step, params, opt_state, meta = restored
-        check_same_run(meta["config"], config_dict, checkpointer.step_path(step))
-        if meta["data"]["fingerprint"] != train_info.fingerprint:
-            raise ValueError(
-                f"checkpoint {checkpointer.step_path(step)} was trained on {config.data.corpus} "
-                f"data with fingerprint {meta['data']['fingerprint']}, but the corpus now has "
-                f"{train_info.fingerprint} (another Python stdlib or corpus version); resuming "
-                "would mix two datasets. Use another --workdir."
-            )
-        if meta["data"]["next_step"] != step:
-            raise ckpt_lib.CheckpointError(
-                f"checkpoint {checkpointer.step_path(step)} says the data iterator is at step "
-                f"{meta['data']['next_step']}, not {step}"
-            )
-        state = TrainState(jnp.asarray(step, jnp.int32), params, opt_state)
-        seconds_before = float(meta.get("train_seconds", 0.0))
-        _truncate_metrics(metrics_path, step)
-        logging.info("Resuming from %s (step %d)", checkpointer.step_path(step), step)
-
     start_step = int(state.step)
     batches = TrainBatches(
         train_info.tokens, batch_size, seq_len, config.data.seed, start_step=start_step
     )
     tokens_per_step = batch_size * seq_len
     last_eval: dict = {}
-    t_start, overhead = time.perf_counter(), 0.0
+    clock = _Clock(seconds_before)
 
-    def train_seconds():
-        return seconds_before + time.perf_counter() - t_start - overhead
-
-    def make_meta(step):
+    def make_meta(step, eval_metrics):
         return {
             "step": step,
             "config": config_dict,
@@ -327,19 +365,19 @@ def train_and_evaluate(config, workdir: str) -> dict:
             },
             "fingerprint": zoo.run_fingerprint(config_dict),
             "tokens_seen": step * tokens_per_step,
-            "train_seconds": train_seconds(),
-            "eval": last_eval,
+            "train_seconds": clock.train_seconds(),
+            "eval": eval_metrics,
         }
 
-    def save(step):
-        checkpointer.save(step, state.params, state.opt_state, make_meta(step))
-
+    # ---------------------------------------------------------------------------
+    # Main train loop: step, log, evaluate, checkpoint; stop on a signal
+    # ---------------------------------------------------------------------------
     bar = ProgressBar(config.num_steps, start=start_step)
     meter = Throughput()
     pending = []  # device metrics since the last log line (fetched together: no per-step sync)
     stopped = None
     step = start_step
-    with _StopRequest() as stop:
+    with StopRequest() as stop:
         while step < config.num_steps:
             state, metrics = task.step_fn(state, jnp.asarray(next(batches)))
             step += 1
@@ -347,39 +385,19 @@ def train_and_evaluate(config, workdir: str) -> dict:
             meter.add(tokens_per_step)
             last = step == config.num_steps
             if step % config.log_every == 0 or last:
-                host = jax.device_get(pending)
-                record = {k: float(np.mean([m[k] for m in host])) for k in host[0]}
-                record.update(
-                    step=step,
-                    kind="train",
-                    tokens_per_second=meter.rate(),
-                    learning_rate=float(schedule(step - 1)),
-                    train_seconds=train_seconds(),
-                )
+                _log_train(pending, step, config, meter, schedule, clock, metrics_path, bar)
                 pending = []
-                _append_metrics(metrics_path, record)
-                logging.info(
-                    "step %d/%d loss %.4f grad_norm %.3f lr %.2e %.0f tokens/s",
-                    step,
-                    config.num_steps,
-                    record["loss"],
-                    record["grad_norm"],
-                    record["learning_rate"],
-                    record["tokens_per_second"],
-                )
-                bar.update(step, f"loss {record['loss']:.3f}")
             if (step % config.eval_every == 0) and not last:
-                t0 = time.perf_counter()
-                last_eval = task.eval_fn(state.params, config.eval_windows or None)
-                _append_metrics(metrics_path, {"step": step, "kind": "eval", **last_eval})
-                logging.info("eval step %d: %s", step, _fmt(last_eval))
-                overhead += time.perf_counter() - t0
+                with clock.overhead_of():
+                    last_eval = task.eval_fn(state.params, config.eval_windows or None)
+                    append_metrics(metrics_path, {"step": step, "kind": "eval", **last_eval})
+                    logging.info("eval step %d: %s", step, _fmt(last_eval))
                 meter.rate()  # evaluation time is not training throughput
             stop_here = bool(config.stop_at_step) and step == config.stop_at_step
             if step % config.checkpoint_every == 0 or last or stop.signal or stop_here:
-                t0 = time.perf_counter()
-                save(step)
-                overhead += time.perf_counter() - t0
+                with clock.overhead_of():
+                    meta = make_meta(step, last_eval)
+                    checkpointer.save(step, state.params, state.opt_state, meta)
             if stop.signal or (stop_here and not last):
                 stopped = stop.signal or f"stop_at_step={step}"
                 logging.warning("Stopping at step %d (%s); checkpoint saved", step, stopped)
@@ -387,44 +405,24 @@ def train_and_evaluate(config, workdir: str) -> dict:
     bar.close()
     checkpointer.close()
 
+    # ---------------------------------------------------------------------------
+    # Summary; a finished run is evaluated in full, fits n-grams and is exported
+    # ---------------------------------------------------------------------------
     summary = {
         "name": config.name,
         "params": model.config.num_params(),
         "step": step,
         "num_steps": config.num_steps,
         "tokens_seen": step * tokens_per_step,
-        "train_seconds": train_seconds(),
+        "train_seconds": clock.train_seconds(),
         "corpus": config.data.corpus,
         "workdir": os.path.abspath(workdir),
         "fingerprint": zoo.run_fingerprint(config_dict),
         "stopped": stopped,
     }
     if stopped is None:
-        t0 = time.perf_counter()
-        final = task.eval_fn(state.params, config.final_eval_windows or None)
-        summary["eval_seconds"] = time.perf_counter() - t0
-        summary["eval"] = final
-        _append_metrics(metrics_path, {"step": step, "kind": "final_eval", **final})
-        logging.info("final eval: %s", _fmt(final))
-        if config.ngrams:
-            dirs = [os.path.join(workdir, "ngrams")]
-            if config.export:
-                dirs.append(ngrams.ngram_cache_dir(config.data.corpus, train_info.fingerprint))
-            summary["ngrams"] = ngrams.fit_and_save(
-                train_info.tokens,
-                tokenizer.vocab_size,
-                dirs,
-                config.data.corpus,
-                train_info.fingerprint,
-            )
-        if config.export:
-            last_eval = final
-            meta = make_meta(step)
-            meta["train_seconds"] = summary["train_seconds"]
-            summary["export_dir"] = ckpt_lib.export_model(
-                zoo.model_cache_dir(config_dict), state.params, meta
-            )
-            logging.info("Exported parameters to %s", summary["export_dir"])
+        vocab_size = tokenizer.vocab_size
+        _final_eval(config, workdir, task, state, step, train_info, vocab_size, summary, make_meta)
     with open(os.path.join(workdir, SUMMARY_FILE), "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1)
     return summary

@@ -1,9 +1,13 @@
-"""A progress bar and a throughput meter for training loops (no dependency beyond the stdlib)."""
+"""What a training loop reports: a progress bar, throughput, metrics.jsonl and quiet orbax logs."""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
+
+from absl import logging
 
 
 class Throughput:
@@ -67,3 +71,36 @@ class ProgressBar:
         if self.enabled:
             self.stream.write("\n")
             self.stream.flush()
+
+
+def append_metrics(path: str, record: dict) -> None:
+    """Appends one JSON record (one line) to a metrics.jsonl file."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def truncate_metrics(path: str, last_step: int) -> None:
+    """Drops records past `last_step` (written by a killed run after its last checkpoint)."""
+    if not os.path.exists(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    with open(path, "w", encoding="utf-8") as f:
+        for r in records:
+            if r["step"] <= last_step:
+                f.write(json.dumps(r) + "\n")
+
+
+class QuietOrbax:
+    """Drops orbax's INFO records (several per save) from absl's log; warnings still pass."""
+
+    def filter(self, record) -> bool:
+        """Keeps a record unless it is below WARNING and comes from orbax."""
+        return record.levelno >= 30 or "orbax" not in record.pathname
+
+
+def quiet_orbax_logs() -> None:
+    """Installs `QuietOrbax` on absl's handler (once)."""
+    handler = logging.get_absl_handler()
+    if not any(isinstance(f, QuietOrbax) for f in handler.filters):
+        handler.addFilter(QuietOrbax())

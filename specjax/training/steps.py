@@ -17,8 +17,11 @@ import numpy as np
 import optax
 from flax import struct
 
-from specjax.data.batches import eval_windows
+# `sequence_logits` (now in specjax.models.sequence) and `spread_eval_batches` (now in
+# specjax.data.batches) lived here; both stay importable from this module.
+from specjax.data.batches import spread_eval_batches
 from specjax.data.tokenizer import NUM_BYTES, PAD_ID
+from specjax.models.sequence import sequence_logits
 
 
 @struct.dataclass
@@ -39,28 +42,6 @@ class TrainState:
 def init_train_state(params, tx: optax.GradientTransformation, step: int = 0) -> TrainState:
     """A state at `step` with a fresh optimizer state for `params`."""
     return TrainState(jnp.asarray(step, jnp.int32), params, tx.init(params))
-
-
-def sequence_logits(model, params, inputs: jax.Array) -> jax.Array:
-    """Next-token logits after every input token, in one forward pass from an empty state.
-
-    Works for any model of the decoding interface (`specjax.models.interface`). For a
-    transformer this fills a fresh KV cache of length T: measured against a cache-free variant
-    the cost was within the run-to-run noise of our CPU, so training uses the same forward as
-    decoding (one code path to trust).
-
-    Args:
-      model: has `init_state(batch, max_len)` and `apply(params, state, tokens, num_new)`.
-      params: its parameters.
-      inputs: int32 [batch, T].
-
-    Returns:
-      float32 [batch, T, vocab].
-    """
-    batch, t = inputs.shape
-    state = model.init_state(batch, t)
-    logits, _ = model.apply(params, state, inputs, jnp.full((batch,), t, jnp.int32))
-    return logits.astype(jnp.float32)
 
 
 def token_nll(logits: jax.Array, targets: jax.Array) -> jax.Array:
@@ -120,36 +101,6 @@ def make_eval_step(model) -> Callable:
         }
 
     return eval_step
-
-
-def spread_eval_batches(tokens, seq_len: int, batch_size: int, max_windows: int | None = None):
-    """Fixed evaluation windows spread evenly over a split, in batches of one shape.
-
-    Like `specjax.data.eval_batches`, but a cap keeps windows spaced evenly across the whole
-    split instead of its first ones (whose documents, in sorted order, are not a fair sample).
-
-    Args:
-      tokens: 1-D token ids.
-      seq_len: window length (inputs; a window holds seq_len + 1 tokens).
-      batch_size: windows per batch.
-      max_windows: how many windows (the first, last and evenly spaced ones between); None or
-        at least the number of windows: all.
-
-    Yields:
-      windows int32 [batch_size, seq_len + 1] and valid bool [batch_size] (False: padding row).
-    """
-    windows = eval_windows(tokens, seq_len)  # [num, seq_len + 1], disjoint targets
-    num = windows.shape[0]
-    if max_windows is not None and max_windows < num:
-        # Consecutive picks are >= 1 apart before flooring, so they stay distinct.
-        windows = windows[np.floor(np.linspace(0, num - 1, max_windows)).astype(np.int64)]
-    for lo in range(0, windows.shape[0], batch_size):
-        chunk = windows[lo : lo + batch_size]
-        valid = np.arange(batch_size) < chunk.shape[0]  # [batch_size]
-        if chunk.shape[0] < batch_size:
-            pad = np.full((batch_size - chunk.shape[0], seq_len + 1), PAD_ID, np.int32)
-            chunk = np.concatenate([chunk, pad])
-        yield chunk, valid
 
 
 def evaluate(

@@ -24,7 +24,9 @@ import hashlib
 import json
 import os
 
-from specjax.models.config import TransformerConfig
+# `model_config` and `FAMILIES` moved to specjax.models.build; still importable from here.
+from specjax.models.build import FAMILIES as FAMILIES
+from specjax.models.build import model_config as model_config
 
 MODEL_SIZES = {
     "target": dict(num_layers=6, num_heads=6, embed_dim=384, mlp_dim=1536),
@@ -34,7 +36,6 @@ MODEL_SIZES = {
     "tiny_target": dict(num_layers=2, num_heads=2, embed_dim=32, mlp_dim=64),
     "tiny_draft": dict(num_layers=1, num_heads=1, embed_dim=16, mlp_dim=32),
 }
-FAMILIES = ("gpt2", "llama")
 
 # Config fields that do not change the trained weights: they may differ between a run and its
 # resumption and are left out of the fingerprint.
@@ -56,26 +57,6 @@ RUN_ONLY_FIELDS = frozenset(
         "alpha_windows",
     }
 )
-
-
-def model_config(model_fields, vocab_size: int) -> TransformerConfig:
-    """Builds the `TransformerConfig` of a run from its `config.model` fields.
-
-    Args:
-      model_fields: mapping with "family" ("gpt2" or "llama") and `TransformerConfig` fields
-        (num_layers, num_heads, embed_dim, mlp_dim, max_len, ...).
-      vocab_size: the tokenizer's vocabulary size.
-
-    Returns:
-      The frozen model config.
-    """
-    fields = dict(model_fields)
-    family = fields.pop("family", "gpt2")
-    if family not in FAMILIES:
-        raise ValueError(f"config.model.family must be one of {FAMILIES}, got {family!r}")
-    fields.pop("size", None)  # the size's name is documentation; its fields are spelled out
-    make = TransformerConfig.gpt2 if family == "gpt2" else TransformerConfig.llama
-    return make(vocab_size, **fields)
 
 
 def size_fields(name: str) -> dict:

@@ -13,9 +13,9 @@ from specjax import sharding as sh
 from specjax.decoding.sampling import make_warper
 from specjax.decoding.sharded import ShardedDecoder
 from specjax.decoding.speculative import SpeculativeDecoder
-from specjax.models import TransformerConfig, TransformerLM
-from specjax.sharded_train import shard_train_step, train_state_shardings
+from specjax.models import TransformerLM, build
 from specjax.training.optim import make_optimizer
+from specjax.training.sharded import shard_train_step, train_state_shardings
 from specjax.training.steps import init_train_state, make_train_step
 
 
@@ -23,15 +23,14 @@ def build_models(config) -> tuple[TransformerLM, TransformerLM]:
     """(target, draft) TransformerLMs from the config's sizes (Llama family)."""
 
     def one(fields) -> TransformerLM:
-        fields = {k: v for k, v in dict(fields).items() if k != "size"}
-        max_len = max(config.cache_len, config.seq_len)
         return TransformerLM(
-            TransformerConfig.llama(
+            build.model_config(
+                fields,
                 config.vocab_size,
-                max_len=max_len,
+                family="llama",
+                max_len=max(config.cache_len, config.seq_len),
                 dtype=config.dtype,
                 param_dtype=config.dtype,
-                **fields,
             )
         )
 
@@ -44,6 +43,8 @@ def load_params(config, target: TransformerLM, draft: TransformerLM):
     """Parameters of both models: checkpoints if the config names them, else random.
 
     Every process computes the same values (same seeds / same files), as `sharding.put` needs.
+    Random weights come from the models' own eager `init_params` (not `build.init_params`,
+    which jits it), so they stay bit-identical to earlier runs on every backend.
 
     Returns:
       (target, draft, target_params, draft_params): models are replaced by the checkpoints'.
