@@ -103,3 +103,25 @@ print(json.dumps([w.category.__name__ for w in caught]))
     assert _run(code) == ["CpuFlagWarning"]
     assert _run(code, SPECJAX_NO_XLA_FLAGS="1") == []
     assert _run(code, XLA_FLAGS=f"{FLAG}=true") == []
+
+
+def test_a_cpu_decode_without_configure_cpu_warns_once():
+    code = (
+        _PRELUDE
+        + """
+import jax
+from specjax.decoding import AutoregressiveDecoder, make_warper
+from specjax.models import NgramLM, fit_ngram
+model = NgramLM(8, 2)
+params = fit_ngram([0, 1, 2, 3, 4, 5, 6, 7], 8, 2)
+decoder = AutoregressiveDecoder(model, make_warper(0.0), cache_len=32)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for _ in range(2):
+        decoder.generate(params, [[1, 2]], jax.random.PRNGKey(0), 3)
+print(json.dumps([w.category.__name__ for w in caught if "XLA_FLAGS" in str(w.message)]))
+"""
+    )
+    assert _run(code) == ["CpuFlagWarning"]
+    configured = code.replace("import jax\n", "specjax.configure_cpu()\nimport jax\n", 1)
+    assert _run(configured) == []

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 from flax import struct
 from jax.sharding import PartitionSpec
 
+from specjax import runtime
 from specjax.decoding import prompts as prompt_lib
 from specjax.decoding.state import (
     DecodeStats,
@@ -202,6 +203,7 @@ def generate(
     Returns:
       GenerationResult with per-call statistics (`.summary()` for α, tokens/iteration).
     """
+    runtime.warn_if_cpu_unconfigured()
     tokens, lengths = prepare(decoder, prompts, max_new_tokens)
     result = generate_jit(
         decoder, tuple(params), tokens, lengths, key, max_new_tokens, eos_value(eos_id)
@@ -229,6 +231,7 @@ def stream(
       decoder, params, prompts, key, max_new_tokens, eos_id: as for `generate`.
       view: optional function (tokens, counts) -> what to yield instead.
     """
+    runtime.warn_if_cpu_unconfigured()
     params = tuple(params)
     tokens, lengths = prepare(decoder, prompts, max_new_tokens)
     s = init_jit(decoder, params, tokens, lengths, key, max_new_tokens, eos_value(eos_id))
