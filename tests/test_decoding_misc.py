@@ -106,7 +106,14 @@ def test_speculative_stream_equals_generate_and_stats(spec, spec_result):
     observed = np.array([(accepted > i).sum() for i in range(GAMMA)])  # [gamma]
     assert (observed <= s.accepted_at).all()
     assert s.accepted_at.sum() - observed.sum() <= len(PROMPTS) * GAMMA
-    assert GAMMA + 1 > spec_result.summary()["tokens_per_iteration"] > 1.5
+    # Every branch is exercised: iterations that reject the first draft, accept some drafts, and
+    # accept all GAMMA (plus the bonus token). Counted, not as 1.5 < tokens per iteration < GAMMA
+    # + 1 (measured 1.88, within 30% of the lower bound): 31, 16 and 4 of the 51 row-iterations
+    # (each >= 3x its bound).
+    emitting = counts[counts > 0]
+    assert (emitting == 1).sum() >= 10
+    assert ((emitting > 1) & (emitting < GAMMA + 1)).sum() >= 5
+    assert (emitting == GAMMA + 1).any()
 
 
 # -- cache rollback ----------------------------------------------------------------------------
