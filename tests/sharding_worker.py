@@ -8,7 +8,8 @@ when the backend starts, so multi-device checks run here, launched by tests/test
         --coordinator 127.0.0.1:PORT --num-processes 2 --process-id 0 multiprocess
 
 Every scenario runs the same tiny models on the same seeds, once unsharded (one device) and once
-sharded, and reports both so the test compares them.
+sharded, and reports both so the test compares them. Training also runs a negative control: the
+sharded step with the gradient all-reduce over `data` left out, which the comparison must catch.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ if ARGS is not None:
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
+import optax  # noqa: E402
+from jax.sharding import PartitionSpec  # noqa: E402
 
 from specjax import sharding as sh  # noqa: E402
 from specjax.decoding.autoregressive import AutoregressiveDecoder  # noqa: E402
@@ -59,6 +62,7 @@ VOCAB = 256
 MAX_NEW = 12
 CACHE_LEN = 48
 GAMMA = 3
+SGD_LR = 1.0  # the update is then minus the gradient itself
 
 
 def models():
@@ -186,6 +190,41 @@ def _max_diff(a, b) -> float:
     return max(float(np.max(np.abs(x - y))) for x, y in pairs)
 
 
+def _without_data_all_reduce(train_step, shardings, mesh, rules):
+    """`shard_train_step` with the gradient all-reduce over `data` left out: the negative control.
+
+    `shard_map` makes the `data` axis manual, so each data shard runs the whole step on its own
+    rows and its gradient never meets the other shards' (nothing in the step sums over `data`);
+    `model` stays automatic, tensor parallel as in the real step. That is what a step that forgot
+    the all-reduce computes: the outputs claim to be replicated over `data` (check_vma=False lets
+    that through) but each data shard holds its own; the host reads data shard 0's copy, i.e.
+    the step on the batch's first rows only.
+    """
+    local = jax.shard_map(
+        train_step,
+        mesh=mesh,
+        in_specs=(PartitionSpec(), PartitionSpec("data")),
+        out_specs=(PartitionSpec(), PartitionSpec()),
+        axis_names={"data"},
+        check_vma=False,
+    )
+    return jax.jit(
+        local,
+        in_shardings=(shardings, sh.batch_sharding(mesh, rules, 2)),
+        out_shardings=(shardings, sh.replicated(mesh)),
+        donate_argnums=0,
+    )
+
+
+def _run_steps(step, state, shardings, mesh, rules, batches):
+    """Places `state`, applies a sharded `step` to each batch; the state and host metrics."""
+    state, metrics = sh.put(state, shardings), []
+    for batch in batches:
+        state, m = step(state, sh.put(batch, sh.batch_sharding(mesh, rules, batch.shape)))
+        metrics.append({k: float(v) for k, v in sh.to_host(m).items()})
+    return state, metrics
+
+
 @functools.cache
 def _training(mesh):
     """Two AdamW steps from one state, single device and data+tensor parallel (memoized)."""
@@ -199,23 +238,73 @@ def _training(mesh):
     rules = sh.DEFAULT_RULES
     shardings = train_state_shardings(state, model, mesh, rules)
     step = shard_train_step(train_step, shardings, mesh, rules)
-    s2, got_metrics = sh.put(state, shardings), []
-    for batch in batches:
-        s2, metrics = step(s2, sh.put(batch, sh.batch_sharding(mesh, rules, batch.shape)))
-        got_metrics.append({k: float(v) for k, v in sh.to_host(metrics).items()})
+    s2, got_metrics = _run_steps(step, state, shardings, mesh, rules, batches)
     return model, state, s1, s2, ref_metrics, got_metrics
 
 
+def _sgd(mesh) -> tuple[dict, dict]:
+    """One plain-SGD step on the first batch: single device, sharded, sharded minus the all-reduce.
+
+    The SGD update is -SGD_LR * gradient, linear in it, so the params show the gradient's rounding
+    as it is. (Adam divides by sqrt(v): an entry whose gradient is ~0 turns rounding noise into an
+    O(lr) step, so Adam's params have no tolerance fixed by the gradient's precision.)
+    """
+    model, state, _, batches = _train_setup()
+    tx = optax.sgd(SGD_LR)
+    state = init_train_state(state.params, tx)
+    train_step = make_train_step(model, tx)
+    batch = batches[0]
+    single, _ = jax.jit(train_step)(state, batch)
+    rules = sh.DEFAULT_RULES
+    shardings = train_state_shardings(state, model, mesh, rules)
+    sharded, _ = _run_steps(
+        shard_train_step(train_step, shardings, mesh, rules), state, shardings, mesh, rules, [batch]
+    )
+    broken, _ = _run_steps(
+        _without_data_all_reduce(train_step, shardings, mesh, rules),
+        state,
+        shardings,
+        mesh,
+        rules,
+        [batch],
+    )
+    # What the broken step should equal: the step on data shard 0's rows alone.
+    first_rows, _ = jax.jit(train_step)(state, batch[: batch.shape[0] // mesh.shape["data"]])
+    return {
+        "update_max": _max_diff(state.params, single.params),
+        "max_diff": _max_diff(single.params, sharded.params),
+    }, {
+        "sgd_max_diff": _max_diff(single.params, broken.params),
+        "sgd_vs_first_rows_max_diff": _max_diff(first_rows.params, broken.params),
+    }
+
+
+def _adam_without_data_all_reduce(mesh) -> dict:
+    """The two AdamW steps of `_training`, sharded but without the gradient all-reduce."""
+    model, state, train_step, batches = _train_setup()
+    rules = sh.DEFAULT_RULES
+    shardings = train_state_shardings(state, model, mesh, rules)
+    step = _without_data_all_reduce(train_step, shardings, mesh, rules)
+    broken, _ = _run_steps(step, state, shardings, mesh, rules, batches)
+    _, _, s1, _, _, _ = _training(mesh)
+    return {"opt_state_max_diff": _max_diff(s1.opt_state, broken.opt_state)}
+
+
 def scenario_train(mesh) -> dict:
-    """Single device vs data+tensor parallel training: losses, norms, moments, params."""
+    """Single device vs data+tensor parallel training: losses, norms, moments, SGD params.
+
+    Also the same comparisons against the step without the data all-reduce (negative control).
+    """
     _, state, s1, s2, ref_metrics, got_metrics = _training(mesh)
     mu = s2.opt_state[1][0].mu  # chain(clip, adamw): adamw's first state is ScaleByAdamState
+    sgd, sgd_broken = _sgd(mesh)
     return {
         "unsharded_metrics": ref_metrics,
         "sharded_metrics": got_metrics,
-        "params_max_diff": _max_diff(s1.params, s2.params),
         "opt_state_max_diff": _max_diff(s1.opt_state, s2.opt_state),
         "params_max_change": _max_diff(state.params, s1.params),
+        "sgd": sgd,
+        "no_all_reduce": {**_adam_without_data_all_reduce(mesh), **sgd_broken},
         "up_kernel_spec": _spec(s2.params["block_0"]["mlp"]["up"]["kernel"].sharding),
         "up_kernel_mu_spec": _spec(mu["block_0"]["mlp"]["up"]["kernel"].sharding),
         "step": int(sh.to_host(s2.step)),

@@ -127,7 +127,13 @@ def test_llama_gqa_target_greedy_speculative_is_the_targets_greedy_continuation(
     assert all(len(set(r)) >= 4 for r in as_lists(spec))
     check_greedy_continuation(LLAMA_TARGET, params, spec)
     check_stats(spec, GAMMA)
-    assert 0.2 < spec.summary()["alpha_empirical"] < 1.0
+    # Acceptance, runs of accepted drafts and rejection are all exercised. Counted, not as alpha
+    # > 0.2 (measured 0.258, within 30% of that bound): 25 accepted drafts, 5 runs of >= 2, 72
+    # rejections here (each >= 2.5x its bound). Greedy with fixed seeds, so the counts only move
+    # if a draft argmax flips on a near-tie.
+    s = jax.device_get(spec.stats)
+    rejections = int(s.iterations.sum() - s.accepted_at[-1])
+    assert int(s.accepted_at.sum()) >= 10 and int(s.accepted_at[1]) >= 2 and rejections >= 10
 
 
 def test_batched_rows_equal_rows_decoded_alone(reference):

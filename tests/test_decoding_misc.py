@@ -106,12 +106,36 @@ def test_speculative_stream_equals_generate_and_stats(spec, spec_result):
     observed = np.array([(accepted > i).sum() for i in range(GAMMA)])  # [gamma]
     assert (observed <= s.accepted_at).all()
     assert s.accepted_at.sum() - observed.sum() <= len(PROMPTS) * GAMMA
-    assert GAMMA + 1 > spec_result.summary()["tokens_per_iteration"] > 1.5
+    # Every branch is exercised: iterations that reject the first draft, accept some drafts, and
+    # accept all GAMMA (plus the bonus token). Counted, not as 1.5 < tokens per iteration < GAMMA
+    # + 1 (measured 1.88, within 30% of the lower bound): 31, 16 and 4 of the 51 row-iterations
+    # (each >= 3x its bound).
+    emitting = counts[counts > 0]
+    assert (emitting == 1).sum() >= 10
+    assert ((emitting > 1) & (emitting < GAMMA + 1)).sum() >= 5
+    assert (emitting == GAMMA + 1).any()
 
 
 # -- cache rollback ----------------------------------------------------------------------------
 
 _forward = jax.jit(lambda m, p, s, t, n: m.apply(p, s, t, n), static_argnums=0)
+
+# The rolled-back caches and a fresh prefill compute the same keys, values and logits with float32
+# sums in a different order (chunked vs whole sequence): a reordered sum of n terms errs by at most
+# ~n * eps (eps = 6e-8) of the summed magnitudes, ~4e-6 for the 64-wide contractions here, so after
+# two layers 1e-5 of the tensor's own scale bounds it; a stale entry is off by O(1) of that scale
+# (a wrong token at each row's last cached position: >= 0.5 in every cache tensor, measured). The
+# entries are ~10 in size (float32 spacing ~1e-6 there), so an absolute 1e-5 sat at the edge of
+# rounding (measured 6.7e-6). Measured relative: caches 8.5e-7, logits 9.5e-7 of their max |value|
+# (>= 10x below).
+ROLLBACK_REL = 1e-5
+
+
+def _assert_close_to_scale(mine, ref) -> None:
+    """|mine - ref| <= ROLLBACK_REL * max |ref|, elementwise."""
+    ref = np.asarray(ref)
+    scale = float(np.abs(ref).max(initial=0.0))
+    np.testing.assert_allclose(np.asarray(mine), ref, rtol=0, atol=ROLLBACK_REL * scale)
 
 
 def _fresh_forward(model, params, tokens, lengths):
@@ -147,13 +171,13 @@ def test_rollback_leaves_caches_equal_to_a_fresh_prefill(spec):
             for mine, ref in zip(
                 target_state.keys + target_state.values, fresh.keys + fresh.values, strict=True
             ):
-                np.testing.assert_allclose(mine[b, : t_len[b]], ref[b, : t_len[b]], atol=1e-5)
+                _assert_close_to_scale(mine[b, : t_len[b]], ref[b, : t_len[b]])
             for mine, ref in zip(
                 draft_state.keys + draft_state.values,
                 fresh_draft.keys + fresh_draft.values,
                 strict=True,
             ):
-                np.testing.assert_allclose(mine[b, : d_len[b]], ref[b, : d_len[b]], atol=1e-5)
+                _assert_close_to_scale(mine[b, : d_len[b]], ref[b, : d_len[b]])
 
         # Feeding each row's last token to the rolled-back cache = the full pass at L - 1.
         last = jnp.take_along_axis(s.seq.tokens, s.seq.lengths[:, None] - 1, axis=1)  # [b, 1]
@@ -161,7 +185,7 @@ def test_rollback_leaves_caches_equal_to_a_fresh_prefill(spec):
         expected = np.take_along_axis(
             np.asarray(fresh_logits), (seq_len - 1)[:, None, None], axis=1
         )
-        np.testing.assert_allclose(np.asarray(logits), expected, atol=2e-5)
+        _assert_close_to_scale(logits, expected)
     assert rejected_somewhere  # the check covered rolled-back drafts
 
 

@@ -72,8 +72,11 @@ def test_gradient_flows_only_through_the_draft():
 
 def test_distillation_reduces_total_variation_on_a_tiny_pair():
     # 80 TV-distillation steps on random byte windows; held-out windows' mean TV at t=1 must
-    # fall by at least 0.08 (it fell from 0.670 to 0.556 when written; 0.585 after 20 steps).
-    # Deterministic seeds: the threshold is not statistical.
+    # fall by at least 0.05 (from 0.670 to 0.556 here: 0.114, 2.3x the bound). Six other batch
+    # streams (keys 1100 + i, ..., 5100 + i) gave 0.104 to 0.121, and the same run without
+    # learning (peak_lr 1e-12) 0.000, so the bound separates training from no training by a
+    # margin the data order does not erode. (0.08 was within 1.5x of what the tiny draft can
+    # reach: lr 3e-2 or 1e-1 still stops at 0.13 to 0.15.) Deterministic seeds.
     target, tparams, draft, dparams = _pair()
     tx = make_optimizer(80, peak_lr=1e-2, warmup_steps=5)
     state = init_train_state(dparams, tx)
@@ -91,5 +94,5 @@ def test_distillation_reduces_total_variation_on_a_tiny_pair():
         state, metrics = step(state, batch, tparams)
     after = tv(state.params)
     assert jax.tree.structure(state.params) == jax.tree.structure(dparams)
-    assert after < before - 0.08, (before, after)
+    assert after < before - 0.05, (before, after)
     assert 0.0 <= float(metrics["tv"]) <= 1.0

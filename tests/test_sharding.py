@@ -25,8 +25,15 @@ import pytest
 WORKER = Path(__file__).with_name("sharding_worker.py")
 REPO = WORKER.parent.parent
 # Bounds for the subprocesses: about 4x what they take on an idle 2-core CI machine.
-SINGLE_PROCESS_TIMEOUT_S = 420
+SINGLE_PROCESS_TIMEOUT_S = 480  # worker: 116 s measured (train scenario 49 s of it)
 MULTI_PROCESS_TIMEOUT_S = 180
+
+# Sharded vs single-device training differ only in float32 summation order, whose error is at
+# most ~n * eps (eps = 6e-8) of the summed magnitudes for a sum of n terms: 1e-4 relative covers
+# reordered sums of ~1e3 terms, while a gradient missing its all-reduce over `data` (a quarter
+# of the rows) is off by O(1) relative. Both bounds are checked against that broken step below.
+SGD_REL_BOUND = 1e-4  # max |params diff| after one SGD step, over max |update|
+MOMENT_BOUND = 1e-6  # max |Adam state diff| after two steps; the first moments are <= 0.011
 
 
 def _env():
@@ -103,18 +110,44 @@ def test_batch_not_divisible_by_data_axis_is_rejected(eight_devices):
 def test_sharded_train_step_matches_single_device(eight_devices):
     train = eight_devices["train"]
     for ref, got in zip(train["unsharded_metrics"], train["sharded_metrics"], strict=True):
+        # Measured: loss 1.4e-7 relative, grad_norm 5.2e-7 (19x below the bound).
         assert got["loss"] == pytest.approx(ref["loss"], rel=1e-5)
         assert got["grad_norm"] == pytest.approx(ref["grad_norm"], rel=1e-5)
-    # Adam moments are (clipped) gradient averages: a gradient missing its all-reduce over the
-    # data axis would be off by O(1e-2) here.
-    assert train["opt_state_max_diff"] < 1e-6
-    # Adam divides by sqrt(v): entries with near-zero gradients amplify rounding, so params get
-    # a looser bound, still 20x below the 0.02 that two steps at lr 1e-2 move them.
+    # Adam moments are (clipped) gradient averages, linear and quadratic in the gradient.
+    # Measured 1.7e-8 (58x below the bound; 1.0e-8 to 2.1e-8 on meshes 8x1, 4x2, 2x4, 1x8);
+    # without the data all-reduce 1.3e-2 (test below).
+    assert train["opt_state_max_diff"] < MOMENT_BOUND
+    # Adam's params are not compared entry by entry: it divides by sqrt(v), so an entry whose
+    # gradient is ~0 turns rounding noise into a step of up to lr (measured max diffs: 2e-5 to
+    # 4.7e-4 on the four meshes above, 1e-3 on another CI machine). Adam's normalised step moves
+    # an entry of steady gradient sign by ~lr: 1e-2 + 9.8e-3 over two steps (measured 0.0204).
     assert train["params_max_change"] > 0.01
-    assert train["params_max_diff"] < 1e-3
+    # One plain-SGD step: the update is -gradient, so rounding reaches the params unamplified.
+    # Measured 3.3e-6 relative (30x below the bound; 1.2e-6 to 4.1e-6 over both batches on
+    # meshes 8x1, 4x2, 2x4 and 1x8); without the data all-reduce 3.0 (test below).
+    sgd = train["sgd"]
+    assert sgd["update_max"] > 0.1
+    assert sgd["max_diff"] < SGD_REL_BOUND * sgd["update_max"]
     assert train["up_kernel_spec"] == [None, "model"]
     assert train["up_kernel_mu_spec"] == [None, "model"]
     assert train["step"] == 2
+
+
+@pytest.mark.slow
+def test_train_comparison_catches_a_missing_data_all_reduce(eight_devices):
+    """The negative control: the sharded step whose gradient skips the all-reduce over `data`.
+
+    Each data shard then steps on its own 2 of the 8 rows (sharding_worker's
+    `_without_data_all_reduce`); the bounds above must reject that by far, not by luck.
+    """
+    train = eight_devices["train"]
+    broken = train["no_all_reduce"]
+    update_max = train["sgd"]["update_max"]
+    # It is the bug it emulates: the step on data shard 0's rows alone (measured 2.9e-6).
+    assert broken["sgd_vs_first_rows_max_diff"] < SGD_REL_BOUND * update_max
+    # Measured 2.46 (3.0 relative: 30000x the bound) and 1.3e-2 (13000x the bound).
+    assert broken["sgd_max_diff"] > 100 * SGD_REL_BOUND * update_max
+    assert broken["opt_state_max_diff"] > 100 * MOMENT_BOUND
 
 
 @pytest.mark.slow
