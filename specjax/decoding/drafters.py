@@ -50,7 +50,7 @@ from flax import struct
 from specjax.decoding.sampling import Warper, sample_from_probs
 from specjax.decoding.state import Sequences, last_tokens
 from specjax.models.kv_cache import rollback
-from specjax.models.prompt_lookup import latest_suffix_match
+from specjax.models.prompt_lookup import check_ngram_range, latest_suffix_match
 
 
 @struct.dataclass
@@ -210,10 +210,7 @@ class LookupDrafter:
     min_ngram: int = 1
 
     def __post_init__(self):
-        if not 1 <= self.min_ngram <= self.max_ngram:
-            raise ValueError(
-                f"need 1 <= min_ngram <= max_ngram, got {self.min_ngram}, {self.max_ngram}"
-            )
+        check_ngram_range(self.min_ngram, self.max_ngram)
 
     @property
     def model(self):

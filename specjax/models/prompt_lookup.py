@@ -34,6 +34,12 @@ class HistoryState:
         return self.replace(tokens=select_rows(self.tokens, starts, index))
 
 
+def check_ngram_range(min_ngram: int, max_ngram: int) -> None:
+    """Raises ValueError unless 1 <= min_ngram <= max_ngram (the suffix lengths to match)."""
+    if not 1 <= min_ngram <= max_ngram:
+        raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+
+
 def latest_suffix_match(history: jax.Array, length: jax.Array, max_ngram: int, min_ngram: int):
     """Where the continuation of the latest earlier occurrence of a row's suffix starts.
 
@@ -76,10 +82,7 @@ class PromptLookupLM(ApplyFromForward):
     min_ngram: int = 1
 
     def __post_init__(self):
-        if not 1 <= self.min_ngram <= self.max_ngram:
-            raise ValueError(
-                f"need 1 <= min_ngram <= max_ngram, got {self.min_ngram}, {self.max_ngram}"
-            )
+        check_ngram_range(self.min_ngram, self.max_ngram)
 
     def init_state(self, batch: int, max_len: int) -> HistoryState:
         return HistoryState(jnp.zeros((batch, max_len), jnp.int32), jnp.zeros((batch,), jnp.int32))
