@@ -74,6 +74,33 @@ def check_shape(name: str, x, shape: tuple, layout: str) -> None:
         raise ValueError(f"{name} must have shape {layout} = {list(shape)}; got {list(got)}")
 
 
+def check_distributions(name: str, x, leading: tuple, layout: str, vocab: int | None = None):
+    """Checks a float [*leading, vocab] array of probabilities; raises naming `name`.
+
+    Args:
+      name: the argument's name in messages.
+      x: the array.
+      leading: its expected shape without the vocabulary axis.
+      layout: the layout in words, e.g. "[batch, gamma, vocab]".
+      vocab: the vocabulary it must share (None: not checked).
+
+    Raises:
+      ValueError: wrong rank or shape, a vocabulary mismatch, NaN or +inf (concrete values).
+      TypeError: a non-float dtype.
+    """
+    check_rank(name, x, len(leading) + 1, layout)
+    check_float(name, x)
+    if tuple(x.shape[:-1]) != tuple(leading):
+        dims = ", ".join(str(d) for d in leading)
+        raise ValueError(f"{name} must have shape {layout} = [{dims}, vocab]; got {tuple(x.shape)}")
+    if vocab is not None and x.shape[-1] != vocab:
+        raise ValueError(
+            f"vocab mismatch: {name} has vocab {x.shape[-1]} but target_probs has vocab {vocab}; "
+            "draft and target must share one vocabulary"
+        )
+    check_finite(name, x)
+
+
 def value_range(x) -> tuple[int, int]:
     """(min, max) of a concrete integer array, computed on the host.
 

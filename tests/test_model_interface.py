@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec
 
-from specjax.models import NgramLM, PromptLookupLM, TransformerConfig, TransformerLM, UniformLM
+from specjax.models import NgramLM, TransformerConfig, TransformerLM, UniformLM
 from specjax.models.interface import causal_mask, chain_positions, state_logical_axes
 from specjax.models.kv_cache import init_kv_cache, select_rows
 from specjax.models.ngram import LengthState
@@ -106,7 +106,8 @@ def test_positions_and_mask_shapes_are_checked():
         model.apply(params, state, tokens, jnp.array([3]), mask=jnp.ones((1, 3, 8), bool))
 
 
-def test_table_models_ignore_tree_arguments_and_prompt_lookup_refuses_a_mask():
+def test_table_models_ignore_tree_arguments():
+    # (Prompt lookup reads its mask: tests/test_ngram_prompt_lookup.py scores trees with it.)
     tokens = jnp.asarray([[1, 2]], jnp.int32)
     mask = jnp.ones((1, 2, 8), bool)
     bigram = NgramLM(V, 2)
@@ -116,9 +117,6 @@ def test_table_models_ignore_tree_arguments_and_prompt_lookup_refuses_a_mask():
     np.testing.assert_array_equal(a, b)
     uniform = UniformLM(V)
     uniform.apply({}, uniform.init_state(1, 8), tokens, jnp.array([2]), mask=mask)
-    lookup = PromptLookupLM(V)
-    with pytest.raises(NotImplementedError, match="cannot score a token tree"):
-        lookup.apply({}, lookup.init_state(1, 8), tokens, jnp.array([2]), mask=mask)
 
 
 def test_select_rows_moves_chosen_entries_into_consecutive_slots():

@@ -59,35 +59,17 @@ def _normalise(probs: jax.Array) -> jax.Array:
 def _check_args(draft_tokens, draft_probs, target_probs, num_drafted) -> None:
     checks.check_rank("draft_tokens", draft_tokens, 2, "[batch, gamma]")
     checks.check_int("draft_tokens", draft_tokens)
-    checks.check_rank("target_probs", target_probs, 3, "[batch, gamma + 1, vocab]")
-    checks.check_float("target_probs", target_probs)
     batch, gamma = draft_tokens.shape
     if gamma < 1:
         raise ValueError(
             f"draft_tokens must hold gamma >= 1 tokens per row; got shape {(batch, gamma)}"
         )
+    layout = "[batch, gamma + 1, vocab]"
+    checks.check_distributions("target_probs", target_probs, (batch, gamma + 1), layout)
     vocab = target_probs.shape[-1]
-    if target_probs.shape[:2] != (batch, gamma + 1):
-        raise ValueError(
-            f"target_probs must have shape [batch, gamma + 1, vocab] = "
-            f"[{batch}, {gamma + 1}, vocab] to match draft_tokens "
-            f"{tuple(draft_tokens.shape)}; got {tuple(target_probs.shape)}"
-        )
     if draft_probs is not None:
-        checks.check_rank("draft_probs", draft_probs, 3, "[batch, gamma, vocab]")
-        checks.check_float("draft_probs", draft_probs)
-        if draft_probs.shape[:2] != (batch, gamma):
-            raise ValueError(
-                f"draft_probs must have shape [batch, gamma, vocab] = [{batch}, {gamma}, vocab] to "
-                f"match draft_tokens {tuple(draft_tokens.shape)}; got {tuple(draft_probs.shape)}"
-            )
-        if draft_probs.shape[-1] != vocab:
-            raise ValueError(
-                f"vocab mismatch: draft_probs has vocab {draft_probs.shape[-1]} but target_probs "
-                f"has vocab {vocab}; draft and target must share one vocabulary"
-            )
-        checks.check_finite("draft_probs", draft_probs)
-    checks.check_finite("target_probs", target_probs)
+        layout = "[batch, gamma, vocab]"
+        checks.check_distributions("draft_probs", draft_probs, (batch, gamma), layout, vocab)
     if num_drafted is not None:
         checks.check_rank("num_drafted", num_drafted, 1, "[batch]")
         checks.check_int("num_drafted", num_drafted)

@@ -64,6 +64,8 @@ class Proposal:
       num_drafted: int32 [batch] how many tokens each row drafted (<= gamma), or None: gamma.
       state: the drafter's state after proposing.
       calls: draft forward calls the proposal cost (static; for the statistics).
+      valid: bool [batch, gamma] for token trees: which nodes were proposed (an invalid node is
+        never tried), or None: all.
     """
 
     tokens: jax.Array
@@ -71,6 +73,7 @@ class Proposal:
     num_drafted: jax.Array | None
     state: Any
     calls: int = struct.field(pytree_node=False, default=0)
+    valid: jax.Array | None = None
 
 
 @struct.dataclass

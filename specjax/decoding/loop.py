@@ -118,7 +118,16 @@ class Decoder(Protocol):
 
 
 def new_state(
-    prompts, prompt_lengths, key, max_new_tokens, eos_id, cache_len, gamma, model_states, extra=None
+    prompts,
+    prompt_lengths,
+    key,
+    max_new_tokens,
+    eos_id,
+    cache_len,
+    gamma,
+    model_states,
+    extra=None,
+    branch=None,
 ) -> LoopState:
     """A LoopState at step 0 for prefilled `model_states` (for decoders' `init`, jittable).
 
@@ -132,6 +141,7 @@ def new_state(
       gamma: draft positions counted in the statistics (0 for autoregressive decoding).
       model_states: tuple of prefilled model (or drafter) states.
       extra: the decoder's own carried state.
+      branch: for token trees, the most children of a node (counts of accepted ranks).
     """
     return LoopState(
         step=jnp.zeros((), jnp.int32),
@@ -140,7 +150,7 @@ def new_state(
         eos_id=jnp.asarray(eos_id, jnp.int32),
         seq=init_sequences(prompts, prompt_lengths, cache_len),
         prompt_lengths=prompt_lengths.astype(jnp.int32),
-        stats=init_stats(prompts.shape[0], gamma),
+        stats=init_stats(prompts.shape[0], gamma, branch),
         model_states=tuple(model_states),
         extra=extra,
     )

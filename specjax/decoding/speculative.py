@@ -40,54 +40,21 @@ from specjax.models.kv_cache import rollback
 SpecLoopState = LoopState
 
 
-@dataclasses.dataclass(frozen=True)
-class SpeculativeDecoder:
-    """Lossless speculative sampling from `target` with proposals from `draft`.
+class SpeculativeSteps:
+    """The speculative iteration, shared by every decoder that proposes, scores and verifies.
 
-    Attributes:
-      target: the model whose distribution the output follows exactly.
-      draft: any model with the same vocabulary (drafted from by a `ModelDrafter` with this
-        decoder's warper), or a `Drafter` (e.g. `LookupDrafter`, another speculative decoder).
-      gamma: drafted tokens per iteration (static, >= 1).
-      warper: applied to both models' logits (temperature 0 = greedy).
-      cache_len: positions per row in caches and the output buffer.
-      min_bucket: smallest padded prompt width.
-      unroll_draft: for a model draft, unroll its γ-step scan (see `ModelDrafter.unroll`).
-      accept: the acceptance rule, a function with `speculative_accept`'s signature and return
-        (static: a different rule is a different program).
+    One step is propose -> score -> verify -> emit -> commit, each part a method a decoder may
+    replace: a chain (`SpeculativeDecoder`) and a token tree (`TreeSpeculativeDecoder`) differ
+    only in how the target scores the proposal (`score`), which rule judges it (`verify`) and
+    how the target's cache keeps what survived (`commit_target`). A subclass provides the
+    fields `target`, `warper`, `cache_len`, `min_bucket` and the properties `drafter`,
+    `lookahead` (draft positions a step writes: its proposal's width) and `depth` (positions
+    counted in the statistics), plus `branch` (None for chains).
     """
 
-    target: Any
-    draft: Any
-    gamma: int
-    warper: Warper
-    cache_len: int = 512
-    min_bucket: int = 16
-    unroll_draft: bool | None = None
-    accept: Callable = speculative_accept
-
-    def __post_init__(self):
-        if is_drafter(self.draft):
-            check_vocab(self.target, self.draft)
-        else:
-            check_pair(self.target, self.draft)
-        if isinstance(self.gamma, bool) or not isinstance(self.gamma, int) or self.gamma < 1:
-            raise ValueError(f"gamma must be an integer >= 1, got {self.gamma!r}")
-        if not isinstance(self.warper, Warper):
-            raise TypeError(
-                f"warper must be a specjax Warper (make_warper(...)); got {self.warper!r}"
-            )
-        if not callable(self.accept):
-            raise TypeError(f"accept must be an acceptance rule (a function); got {self.accept!r}")
+    branch = None
 
     # -- the loop driver's protocol --------------------------------------------------------
-
-    @property
-    def drafter(self) -> Drafter:
-        """The proposer: `draft` itself if it is a Drafter, else a ModelDrafter around it."""
-        if is_drafter(self.draft):
-            return self.draft
-        return ModelDrafter(self.draft, self.warper, self.unroll_draft)
 
     @property
     def models(self) -> tuple:
@@ -99,12 +66,8 @@ class SpeculativeDecoder:
         return self.target.vocab_size
 
     @property
-    def lookahead(self) -> int:
-        return self.gamma
-
-    @property
     def tokens_per_step(self) -> int:
-        return self.gamma + 1
+        return self.depth + 1
 
     def init(self, params, prompts, prompt_lengths, key, max_new_tokens, eos_id) -> LoopState:
         """Prefills the target and the drafter with every prompt token but the last."""
@@ -119,57 +82,40 @@ class SpeculativeDecoder:
             max_new_tokens,
             eos_id,
             self.cache_len,
-            self.gamma,
+            self.depth,
             (t_state, d_state),
+            branch=self.branch,
         )
 
     def step(self, params, s: LoopState) -> LoopState:
         """One propose-score-verify-emit-commit iteration for every row."""
         target_params, draft_params = params
-        gamma = self.gamma
         t_state, d_state = s.model_states
         active = ~s.seq.done  # [batch]
         key = jax.random.fold_in(s.key, s.step)
-        proposal = self.drafter.propose(draft_params, d_state, s.seq, key, gamma)
-
-        drafted = proposal.tokens  # [batch, gamma]
-        verify_in = jnp.concatenate([last_tokens(s.seq, 1), drafted], axis=1)  # [batch, gamma+1]
-        num_new = jnp.where(active, gamma + 1, 0).astype(jnp.int32)
-        logits, t_state = self.target.apply(target_params, t_state, verify_in, num_new)
-        p = self.warper.probs(logits)  # [batch, gamma + 1, vocab]
-        out, n = self.accept(
-            jax.random.fold_in(key, gamma),
-            drafted,
-            proposal.probs,
-            p,
-            fill_value=0,
-            num_drafted=proposal.num_drafted,
-        )
+        proposal = self.drafter.propose(draft_params, d_state, s.seq, key, self.lookahead)
+        logits, t_state = self.score(target_params, t_state, s.seq, proposal, active)
+        p = self.warper.probs(logits)  # [batch, width, vocab]
+        out, n, path = self.verify(jax.random.fold_in(key, self.lookahead), proposal, p)
 
         old_len = s.seq.lengths
         seq, count = emit(s.seq, out, n + 1, s.eos_id, s.max_new_tokens)
-        # Roll back: the target keeps [last, d_1..d_n]; the drafter keeps what survived.
-        t_state = rollback(t_state, jnp.where(active, old_len + n, t_state.lengths))
-        d_state = self.drafter.commit(proposal.state, Verdict(old_len, n, active))
+        t_state = self.commit_target(t_state, old_len, n, path, active)
+        d_state = self.drafter.commit(proposal.state, Verdict(old_len, n, active, path))
         return s.replace(
             step=s.step + 1,
             seq=seq,
             model_states=(t_state, d_state),
-            stats=self._count(s.stats, proposal, logits, n, count, active),
+            stats=self._count(s.stats, proposal, logits, n, path, count, active),
         )
 
-    def _count(self, stats, proposal, logits, n, count, active):
-        """The iteration's counters: calls, tokens, acceptance by position, NaN rows."""
-        gamma = self.gamma
-        position = jnp.arange(gamma)[None, :]  # [1, gamma]
-        accepted = (position < n[:, None]) & active[:, None]  # [batch, gamma]
-        # A row tests its drafts up to its first rejection or its last drafted token.
-        drafted = gamma if proposal.num_drafted is None else proposal.num_drafted[:, None]
-        tested = (position <= n[:, None]) & (position < drafted) & active[:, None]
+    def _count(self, stats, proposal, logits, n, path, count, active):
+        """The iteration's counters: calls, tokens, acceptance by position (depth), NaN rows."""
+        accepted, tested, rank = self.acceptance_events(proposal, n, path, active)
         nan = jnp.isnan(logits).any(axis=(1, 2))  # [batch]
         if proposal.probs is not None:
             nan = nan | jnp.isnan(proposal.probs).any(axis=(1, 2))
-        return stats.replace(
+        stats = stats.replace(
             target_calls=stats.target_calls + 1,
             draft_calls=stats.draft_calls + proposal.calls,
             emitted=stats.emitted + count,
@@ -178,6 +124,9 @@ class SpeculativeDecoder:
             nan_rows=stats.nan_rows | (active & nan),
             tested_at=stats.tested_at + tested.sum(0).astype(jnp.int32),
         )
+        if rank is not None:
+            stats = stats.replace(accepted_rank=stats.accepted_rank + rank.sum(0))
+        return stats
 
     @staticmethod
     def running(s: LoopState) -> jax.Array:
@@ -224,10 +173,97 @@ class SpeculativeDecoder:
         max_new_tokens: int,
         eos_id: int | None = None,
     ):
-        """Python-loop twin of `generate`: yields (tokens [batch, gamma + 1], counts [batch]).
+        """Python-loop twin of `generate`: yields (tokens [batch, depth + 1], counts [batch]).
 
         Row b emitted tokens[b, :counts[b]] this iteration. Same step and keys as `generate`, so
         the output is identical; the generator's return value is the GenerationResult.
         """
         params = (target_params, draft_params)
         return (yield from loop.stream(self, params, prompts, key, max_new_tokens, eos_id))
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeculativeDecoder(SpeculativeSteps):
+    """Lossless speculative sampling from `target` with proposals from `draft`.
+
+    Attributes:
+      target: the model whose distribution the output follows exactly.
+      draft: any model with the same vocabulary (drafted from by a `ModelDrafter` with this
+        decoder's warper), or a `Drafter` (e.g. `LookupDrafter`, another speculative decoder).
+      gamma: drafted tokens per iteration (static, >= 1).
+      warper: applied to both models' logits (temperature 0 = greedy).
+      cache_len: positions per row in caches and the output buffer.
+      min_bucket: smallest padded prompt width.
+      unroll_draft: for a model draft, unroll its γ-step scan (see `ModelDrafter.unroll`).
+      accept: the acceptance rule, a function with `speculative_accept`'s signature and return
+        (static: a different rule is a different program).
+    """
+
+    target: Any
+    draft: Any
+    gamma: int
+    warper: Warper
+    cache_len: int = 512
+    min_bucket: int = 16
+    unroll_draft: bool | None = None
+    accept: Callable = speculative_accept
+
+    def __post_init__(self):
+        if is_drafter(self.draft):
+            check_vocab(self.target, self.draft)
+        else:
+            check_pair(self.target, self.draft)
+        if isinstance(self.gamma, bool) or not isinstance(self.gamma, int) or self.gamma < 1:
+            raise ValueError(f"gamma must be an integer >= 1, got {self.gamma!r}")
+        if not isinstance(self.warper, Warper):
+            raise TypeError(
+                f"warper must be a specjax Warper (make_warper(...)); got {self.warper!r}"
+            )
+        if not callable(self.accept):
+            raise TypeError(f"accept must be an acceptance rule (a function); got {self.accept!r}")
+
+    @property
+    def drafter(self) -> Drafter:
+        """The proposer: `draft` itself if it is a Drafter, else a ModelDrafter around it."""
+        if is_drafter(self.draft):
+            return self.draft
+        return ModelDrafter(self.draft, self.warper, self.unroll_draft)
+
+    @property
+    def lookahead(self) -> int:
+        return self.gamma
+
+    @property
+    def depth(self) -> int:
+        return self.gamma
+
+    # -- the step's seams (see SpeculativeSteps) ---------------------------------------------
+
+    def score(self, target_params, t_state, seq, proposal, active):
+        """The target's logits [batch, gamma + 1, vocab] at [last, d_1..d_gamma]."""
+        verify_in = jnp.concatenate([last_tokens(seq, 1), proposal.tokens], axis=1)
+        num_new = jnp.where(active, self.gamma + 1, 0).astype(jnp.int32)
+        return self.target.apply(target_params, t_state, verify_in, num_new)
+
+    def verify(self, key, proposal, p):
+        """(tokens [batch, gamma + 1], num_accepted [batch], path None) by `accept`."""
+        out, n = self.accept(
+            key, proposal.tokens, proposal.probs, p, fill_value=0, num_drafted=proposal.num_drafted
+        )
+        return out, n, None
+
+    @staticmethod
+    def commit_target(t_state, old_len, n, path, active):
+        """Rolls the target back to [last, d_1..d_n]: the first old_len + n tokens."""
+        del path
+        return rollback(t_state, jnp.where(active, old_len + n, t_state.lengths))
+
+    def acceptance_events(self, proposal, n, path, active):
+        """(accepted [batch, gamma], tested [batch, gamma], None) of this iteration."""
+        del path
+        position = jnp.arange(self.gamma)[None, :]  # [1, gamma]
+        accepted = (position < n[:, None]) & active[:, None]  # [batch, gamma]
+        # A row tests its drafts up to its first rejection or its last drafted token.
+        drafted = self.gamma if proposal.num_drafted is None else proposal.num_drafted[:, None]
+        tested = (position <= n[:, None]) & (position < drafted) & active[:, None]
+        return accepted, tested, None

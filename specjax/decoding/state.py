@@ -54,7 +54,11 @@ class DecodeStats:
       nan_rows: bool [batch] a row saw NaN logits (the result is then rejected on the host).
       tested_at: int32 [gamma] for each draft position i, how many (row, iteration) pairs
         tested the i-th drafted token (a row tests its drafts until its first rejection or its
-        last drafted token): the denominators of acceptance by position and of α.
+        last drafted token): the denominators of acceptance by position and of α. For a token
+        tree, position i is depth i + 1: a row tested depth i + 1 when it reached a node at depth
+        i that had children.
+      accepted_rank: int32 [depth, branch] for token trees: how many (row, iteration) pairs
+        accepted, at depth d + 1, the child of rank k (k = 0 the first tried); None for chains.
     """
 
     target_calls: jax.Array
@@ -64,6 +68,7 @@ class DecodeStats:
     accepted_at: jax.Array
     nan_rows: jax.Array
     tested_at: jax.Array
+    accepted_rank: jax.Array | None = None
 
     def logical_axes(self) -> DecodeStats:
         """Per-row counters split by `batch`; totals and per-position counts replicated."""
@@ -76,10 +81,12 @@ class DecodeStats:
             accepted_at=PartitionSpec(None),
             nan_rows=row,
             tested_at=PartitionSpec(None),
+            accepted_rank=None if self.accepted_rank is None else PartitionSpec(None, None),
         )
 
 
-def init_stats(batch: int, gamma: int) -> DecodeStats:
+def init_stats(batch: int, gamma: int, branch: int | None = None) -> DecodeStats:
+    """Zero counters for `gamma` draft positions (tree depths); `branch`: a tree's widest node."""
     zero = jnp.zeros((), jnp.int32)
     return DecodeStats(
         target_calls=zero,
@@ -89,6 +96,7 @@ def init_stats(batch: int, gamma: int) -> DecodeStats:
         accepted_at=jnp.zeros((gamma,), jnp.int32),
         nan_rows=jnp.zeros((batch,), bool),
         tested_at=jnp.zeros((gamma,), jnp.int32),
+        accepted_rank=None if branch is None else jnp.zeros((gamma, branch), jnp.int32),
     )
 
 

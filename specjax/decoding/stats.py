@@ -40,4 +40,12 @@ def summarize_stats(stats: list) -> dict:
         # Tokens per iteration as the sampler produced them (n + 1), before EOS / budget
         # truncation of a row's last iteration: what (1 - α^{γ+1}) / (1 - α) predicts.
         out["sampler_tokens_per_iteration"] = 1.0 + accepted / max(iterations, 1)
+        # Rows whose n (accepted drafts / tree depth) is >= d, for d = 0..gamma + 1.
+        reached = np.concatenate([[iterations], accepted_at, [0]])
+        out["accepted_depth_histogram"] = (reached[:-1] - reached[1:]).tolist()
+    ranks = [s.accepted_rank for s in host if getattr(s, "accepted_rank", None) is not None]
+    if ranks:
+        ranks = np.sum(ranks, axis=0)  # [depth, branch]
+        # Acceptance by rank at each depth: accepted the k-th child / tested that depth.
+        out["accepted_rank_by_depth"] = (ranks / np.maximum(tested_at, 1)[:, None]).tolist()
     return out
