@@ -53,6 +53,8 @@ from specjax.decoding.autoregressive import AutoregressiveDecoder  # noqa: E402
 from specjax.decoding.sampling import make_warper  # noqa: E402
 from specjax.decoding.sharded import ShardedDecoder  # noqa: E402
 from specjax.decoding.speculative import SpeculativeDecoder  # noqa: E402
+from specjax.decoding.tree import TokenTree  # noqa: E402
+from specjax.decoding.tree_decoder import TreeSpeculativeDecoder  # noqa: E402
 from specjax.models import TransformerConfig, TransformerLM  # noqa: E402
 from specjax.sharded_train import shard_train_step, train_state_shardings  # noqa: E402
 from specjax.training.optim import make_optimizer  # noqa: E402
@@ -108,10 +110,17 @@ def scenario_generate(mesh) -> dict:
         "ar_greedy": (AutoregressiveDecoder, 0.0),
         "spec_greedy": (SpeculativeDecoder, 0.0),
         "spec_sample": (SpeculativeDecoder, 1.0),
+        "tree_sample": (TreeSpeculativeDecoder, 1.0),
     }
     for name, (cls, temperature) in cases.items():
         warper = make_warper(temperature=temperature)
-        if cls is SpeculativeDecoder:
+        if cls is TreeSpeculativeDecoder:  # a tree: per-row path compaction of sharded caches
+            tree = TokenTree.from_branching((2, 2, 1))
+            decoder = TreeSpeculativeDecoder(
+                target, draft, tree, warper, replacement=False, cache_len=CACHE_LEN
+            )
+            params = (tp, dp)
+        elif cls is SpeculativeDecoder:
             decoder = SpeculativeDecoder(target, draft, GAMMA, warper, cache_len=CACHE_LEN)
             params = (tp, dp)
         else:

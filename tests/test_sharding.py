@@ -86,10 +86,15 @@ def test_sharded_greedy_generation_equals_unsharded(eight_devices, case):
 
 
 @pytest.mark.slow
-def test_sharded_speculative_sampling_with_same_key_equals_unsharded(eight_devices):
-    got = eight_devices["generate"]["spec_sample"]
+@pytest.mark.parametrize("case", ["spec_sample", "tree_sample"])
+def test_sharded_speculative_sampling_with_same_key_equals_unsharded(eight_devices, case):
+    got = eight_devices["generate"][case]
     assert got["sharded"]["tokens"] == got["unsharded"]["tokens"]
     assert got["sharded"]["lengths"] == got["unsharded"]["lengths"]
+    if case == "tree_sample":  # paths below the first rank and depth were compacted
+        summary = got["summary"]
+        assert sum(summary["accepted_depth_histogram"][2:]) > 0, summary
+        assert max(summary["accepted_rank_by_depth"][0][1:]) > 0, summary
 
 
 @pytest.mark.slow

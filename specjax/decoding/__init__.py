@@ -9,6 +9,9 @@ The seams (see each module's docstring):
   * `loop.py`: one driver (`generate`, `stream`, the jitted programs) for any decoder that offers
     `models`, `init` and `step`; `LoopState` is every decoder's loop state.
   * `drafters.py`: where proposals come from (`Drafter`: `ModelDrafter`, `LookupDrafter`).
+  * `tree.py`, `tree_decoder.py`: token trees (`TokenTree`, `tree_accept`) verified in one target
+    call by `TreeSpeculativeDecoder`, drafted by a model (`TreeDrafter`) or by prompt lookup
+    (`lookup_tree.py`: `LookupTreeDrafter`).
   * `acceptance.py`: the verification rule, a static `accept=` field of `SpeculativeDecoder`.
   * `sampling.py`: warpers (temperature, top-k, top-p), one shared by target and draft.
 """
@@ -22,6 +25,7 @@ from specjax.decoding.drafters import (
     Proposal,
     Verdict,
 )
+from specjax.decoding.lookup_tree import LookupTreeDrafter
 from specjax.decoding.loop import Decoder, LoopState, generate, stream
 from specjax.decoding.sampling import (
     Greedy,
@@ -36,6 +40,9 @@ from specjax.decoding.sharded import ShardedDecoder
 from specjax.decoding.speculative import SpeculativeDecoder
 from specjax.decoding.state import DecodeStats, GenerationResult, Sequences
 from specjax.decoding.stats import summarize_stats
+from specjax.decoding.tree import TokenTree, tree_accept
+from specjax.decoding.tree_decoder import TreeSpeculativeDecoder
+from specjax.decoding.tree_drafter import TreeDrafter
 
 __all__ = [
     "AutoregressiveDecoder",
@@ -45,6 +52,7 @@ __all__ = [
     "GenerationResult",
     "Greedy",
     "LookupDrafter",
+    "LookupTreeDrafter",
     "LoopState",
     "ModelDrafter",
     "Proposal",
@@ -52,8 +60,11 @@ __all__ = [
     "ShardedDecoder",
     "SpeculativeDecoder",
     "Temperature",
+    "TokenTree",
     "TopK",
     "TopP",
+    "TreeDrafter",
+    "TreeSpeculativeDecoder",
     "Verdict",
     "Warper",
     "generate",
@@ -63,4 +74,5 @@ __all__ = [
     "speculative_accept",
     "stream",
     "summarize_stats",
+    "tree_accept",
 ]

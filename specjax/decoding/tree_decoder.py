@@ -1,0 +1,163 @@
+"""Token-tree speculative decoding: one target call verifies a whole tree of drafts.
+
+The iteration is the chain's (`SpeculativeSteps`: propose, score, verify, emit, commit) with
+three parts replaced:
+  * score: the target reads the N tree nodes in one call, node i written at cache slot
+    L - 1 + i with position L - 1 + depth(i), attending to the committed prefix and its own
+    ancestors (`tree_inputs`; L is the row's sequence length, the root is its last token);
+  * verify: `tree_accept` (SpecInfer's rule with `replacement=True`, Sequoia's without);
+  * commit: the accepted path's cache entries move to slots L - 1 .. L - 1 + n (`select`), and
+    the target keeps the first L + n tokens, as a chain that accepted n drafts would.
+Rows accept, advance and roll back independently, inside the same jitted `while_loop`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.decoding.drafters import is_drafter
+from specjax.decoding.sampling import Warper
+from specjax.decoding.speculative import SpeculativeSteps
+from specjax.decoding.state import last_tokens
+from specjax.decoding.tree import TokenTree, tree_accept, tree_inputs
+from specjax.decoding.tree_drafter import CHILDREN_MODES, TreeDrafter
+from specjax.models.interface import check_pair, check_vocab
+from specjax.models.kv_cache import rollback
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeSpeculativeDecoder(SpeculativeSteps):
+    """Lossless speculative sampling from `target` with a token tree of proposals per call.
+
+    Attributes:
+      target: the model whose distribution the output follows exactly.
+      draft: a model (drafted level by level by a `TreeDrafter`) or a tree drafter (an object
+        with the Drafter methods and this decoder's `tree`, e.g. `LookupTreeDrafter`).
+      tree: the static topology (`TokenTree`; a chain is `TokenTree.chain(gamma)`).
+      warper: applied to both models' logits (temperature 0 = greedy).
+      replacement: sampled siblings are independent (True, SpecInfer) or drawn without
+        replacement (False, Sequoia).
+      cache_len: positions per row in caches and the output buffer.
+      min_bucket: smallest padded prompt width.
+      children: for a model draft, "sample", "top_k" or "auto" (see `TreeDrafter`).
+    """
+
+    target: Any
+    draft: Any
+    tree: TokenTree
+    warper: Warper
+    replacement: bool = True
+    cache_len: int = 512
+    min_bucket: int = 16
+    children: str = "auto"
+
+    def __post_init__(self):
+        # The tree's type first: the drafter check below compares trees.
+        if not isinstance(self.tree, TokenTree):
+            raise TypeError(
+                f"tree must be a TokenTree (TokenTree.from_branching(...)); got {self.tree!r}"
+            )
+        if is_drafter(self.draft):
+            check_vocab(self.target, self.draft)
+            if getattr(self.draft, "tree", None) != self.tree:
+                raise ValueError(
+                    f"draft {self.draft!r} drafts a different tree than this decoder's {self.tree}"
+                )
+        else:
+            check_pair(self.target, self.draft)
+        if self.tree.max_depth < 1:
+            raise ValueError("tree must have at least one node below the root")
+        if not isinstance(self.warper, Warper):
+            raise TypeError(
+                f"warper must be a specjax Warper (make_warper(...)); got {self.warper!r}"
+            )
+        if not isinstance(self.replacement, bool):
+            raise TypeError(f"replacement must be True or False; got {self.replacement!r}")
+        if self.children not in CHILDREN_MODES:
+            raise ValueError(f"children must be one of {CHILDREN_MODES}; got {self.children!r}")
+
+    @property
+    def drafter(self):
+        """The proposer: `draft` if it is a drafter, else a TreeDrafter around the model."""
+        if is_drafter(self.draft):
+            return self.draft
+        return TreeDrafter(self.draft, self.warper, self.tree, self.replacement, self.children)
+
+    @property
+    def lookahead(self) -> int:
+        """Slots a step writes past the root: the N - 1 proposed nodes."""
+        return self.tree.num_nodes - 1
+
+    @property
+    def depth(self) -> int:
+        return self.tree.max_depth
+
+    @property
+    def branch(self) -> int:
+        return self.tree.max_branch
+
+    # -- the step's seams (see SpeculativeSteps) ---------------------------------------------
+
+    def score(self, target_params, t_state, seq, proposal, active):
+        """The target's logits [batch, N, vocab] at every node of the tree."""
+        tree = self.tree
+        nodes = jnp.concatenate([last_tokens(seq, 1), proposal.tokens], axis=1)  # [batch, N]
+        starts = t_state.lengths  # [batch] = L - 1: the root's slot
+        positions, mask = tree_inputs(tree, starts, self.cache_len)
+        num_new = jnp.where(active, tree.num_nodes, 0).astype(jnp.int32)
+        return self.target.apply(
+            target_params, t_state, nodes, num_new, positions=positions, mask=mask
+        )
+
+    def verify(self, key, proposal, p):
+        """(tokens [batch, depth + 1], num_accepted [batch], path [batch, depth + 1])."""
+        batch = proposal.tokens.shape[0]
+        root = jnp.zeros((batch, 1), jnp.int32)
+        node_tokens = jnp.concatenate([root, proposal.tokens], axis=1)
+        probs = proposal.probs
+        if probs is not None:
+            probs = jnp.concatenate([jnp.zeros_like(probs[:, :1]), probs], axis=1)
+        valid = proposal.valid
+        if valid is not None:
+            valid = jnp.concatenate([jnp.ones((batch, 1), bool), valid], axis=1)
+        return tree_accept(
+            key,
+            self.tree,
+            node_tokens,
+            probs,
+            p,
+            replacement=self.replacement,
+            fill_value=0,
+            valid=valid,
+        )
+
+    def commit_target(self, t_state, old_len, n, path, active):
+        """Moves the accepted path to slots L - 1 .. L - 1 + n; keeps L + n tokens."""
+        identity = jnp.arange(self.tree.max_depth + 1)[None, :]
+        index = jnp.where(active[:, None], jnp.maximum(path, 0), identity)
+        t_state = t_state.select(old_len - 1, index)
+        return rollback(t_state, jnp.where(active, old_len + n, t_state.lengths))
+
+    def acceptance_events(self, proposal, n, path, active):
+        """(accepted, tested [batch, depth], accepted rank [batch, depth, branch])."""
+        tree = self.tree
+        depth = jnp.arange(tree.max_depth)[None, :]  # [1, depth]
+        accepted = (depth < n[:, None]) & active[:, None]
+        slots = jnp.asarray(tree.child_slots())  # [N, branch]
+        if proposal.valid is None:
+            has_children = jnp.broadcast_to((slots >= 0).any(-1), (n.shape[0], tree.num_nodes))
+        else:
+            valid = jnp.concatenate([jnp.ones_like(proposal.valid[:, :1]), proposal.valid], 1)
+            child_valid = jnp.take(valid, jnp.maximum(slots, 0), axis=1) & (slots >= 0)
+            has_children = child_valid.any(-1)  # [batch, N]
+        at_depth = jnp.maximum(path[:, :-1], 0)  # [batch, depth] the node reached at each depth
+        reached_kids = jnp.take_along_axis(has_children, at_depth, axis=1)
+        tested = (depth <= n[:, None]) & reached_kids & active[:, None]
+        ranks = jnp.asarray(np.asarray(tree.ranks, np.int32))[jnp.maximum(path[:, 1:], 0)]
+        one_hot = ranks[..., None] == jnp.arange(tree.max_branch)[None, None, :]
+        rank = (one_hot & accepted[..., None]).astype(jnp.int32)  # [batch, depth, branch]
+        return accepted, tested, rank
