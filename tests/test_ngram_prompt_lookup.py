@@ -5,7 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from specjax.decoding.tree import TokenTree, tree_inputs
 from specjax.models import NgramLM, PromptLookupLM, UniformLM, check_pair, fit_ngram
+from specjax.models.interface import causal_mask, chain_positions
+from specjax.models.kv_cache import rollback
 
 
 def test_unigram_fit_exact_probabilities():
@@ -149,6 +152,54 @@ def test_prompt_lookup_proposal_after_every_token_and_across_calls():
     proposals = np.asarray(logits).argmax(-1)  # [2, 3]; row 0's third entry is padding
     np.testing.assert_array_equal(proposals[0, :2], [5, 5])
     np.testing.assert_array_equal(proposals[1], [4, 5, 5])
+
+
+_masked_apply = jax.jit(
+    lambda lm, state, tokens, num_new, positions, mask: lm.apply(
+        {}, state, tokens, num_new, positions=positions, mask=mask
+    ),
+    static_argnums=0,
+)
+
+TREES = (
+    TokenTree.from_branching((2, 2)),
+    TokenTree.from_branching((3, 1, 2)),
+    TokenTree((-1, 0, 0, 0, 1, 1, 3, 4, 6)),  # ragged: nodes with 2, 0 and 1 children
+    TokenTree.chain(3),
+)
+
+
+@pytest.mark.parametrize("tree", TREES, ids=lambda t: ",".join(map(str, t.parents)))
+def test_prompt_lookup_scores_each_tree_node_as_its_root_to_node_chain(tree):
+    lm = PromptLookupLM(vocab_size=4, max_ngram=2)
+    rng = np.random.default_rng(tree.num_nodes)
+    max_len, batch, n = 24, 3, tree.num_nodes
+    # Ragged committed prefixes (8, 3 and 0 tokens before the root) over a 4-token alphabet,
+    # so lookups hit the prefix and the tree's own ancestors. The rows were first filled to 12
+    # tokens and rolled back: stale slots hold tokens the mask must hide.
+    state = lm.init_state(batch, max_len)
+    _, state = _apply(lm, state, jnp.asarray(rng.integers(0, 4, (batch, 12))), jnp.full(3, 12))
+    state = rollback(state, jnp.array([8, 3, 0]))
+    nodes = jnp.asarray(rng.integers(0, 4, (batch, n)), jnp.int32)  # node 0: each row's root
+    positions, mask = tree_inputs(tree, state.lengths, max_len)
+    logits, after = _masked_apply(lm, state, nodes, jnp.full(batch, n), positions, mask)
+    np.testing.assert_array_equal(after.lengths, [8 + n, 3 + n, n])
+
+    width = tree.max_depth + 1
+    ancestors = tree.ancestor_mask()
+    for i in range(n):
+        path = np.flatnonzero(ancestors[i])  # root .. i, in order (parents precede children)
+        chain = jnp.zeros((batch, width), jnp.int32).at[:, : len(path)].set(nodes[:, path])
+        want, _ = _apply(lm, state, chain, jnp.full(batch, len(path)))
+        np.testing.assert_array_equal(logits[:, i], want[:, len(path) - 1], err_msg=f"node {i}")
+
+    # A causal mask is the chain call; without the tree mask, siblings would see each other.
+    chain_logits, _ = _apply(lm, state, nodes, jnp.full(batch, n))
+    causal = causal_mask(chain_positions(state.lengths, n), max_len)
+    same, _ = _masked_apply(lm, state, nodes, jnp.full(batch, n), positions, causal)
+    np.testing.assert_array_equal(same, chain_logits)
+    if tree.max_branch > 1:
+        assert (np.asarray(chain_logits) != np.asarray(logits)).any()
 
 
 def test_prompt_lookup_config_errors():
