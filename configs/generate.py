@@ -24,6 +24,9 @@ String options after the colon (comma-separated, big_vision style):
     draft=KIND           transformer | bigram | unigram | uniform | prompt_lookup | self | none
                          (none: autoregressive only)
     gamma=4              drafted tokens per iteration
+    tree=3/2/1           verify a token tree instead of a chain: children per depth ("/"-
+                         separated here; --config.tree="3,2,1" or a parents list "-1,0,0,1,1")
+    rule=with            tree siblings drawn with (SpecInfer) or without (Sequoia) replacement
     temperature=0        0 = greedy (then speculative output must equal autoregressive output)
     top_k=40             0 disables
     top_p=0.95           1 disables
@@ -43,7 +46,7 @@ DRAFT_KINDS = ("transformer", "bigram", "unigram", "uniform", "prompt_lookup", "
 
 _INT_OPTIONS = ("gamma", "top_k", "max_new_tokens", "seed")
 _FLOAT_OPTIONS = ("temperature", "top_p")
-_STR_OPTIONS = ("draft", "target_family", "draft_family")
+_STR_OPTIONS = ("draft", "target_family", "draft_family", "tree", "rule")
 _SWITCHES = ("tiny",)
 
 
@@ -111,6 +114,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     # Drafted tokens per iteration.
     config.gamma = 4
+    # A token tree to verify instead of the gamma-chain (None: the chain): children per depth
+    # ("3,2,1") or the parents of nodes 0..N-1 ("-1,0,0,1,1"); see specjax.decoding.tree.
+    config.tree = config_dict.placeholder(str)
+    # Tree siblings sampled with replacement (SpecInfer's rule) or without (Sequoia's).
+    config.tree_replacement = True
+    # Tree children of a model draft: "sample", "top_k" (deterministic) or "auto" (top_k when
+    # greedy). A prompt-lookup draft proposes earlier matches' continuations instead.
+    config.tree_children = "auto"
     # Sampling warper, shared by target and draft: temperature 0 is greedy.
     config.temperature = 0.0
     # Top-k filter (0 disables).
@@ -148,7 +159,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.target.family = options["target_family"]
     if "draft_family" in options:
         config.draft.family = options["draft_family"]
-    for key in ("gamma", "top_k", "max_new_tokens", "seed", "temperature", "top_p"):
+    for key in ("gamma", "top_k", "max_new_tokens", "seed", "temperature", "top_p", "tree"):
         if key in options:
             config[key] = options[key]
+    if "rule" in options:
+        if options["rule"] not in ("with", "without"):
+            raise ValueError(f"rule={options['rule']!r} must be 'with' or 'without'")
+        config.tree_replacement = options["rule"] == "with"
     return config

@@ -20,8 +20,11 @@ from absl import logging
 from specjax.benchmark.timing import interleaved
 from specjax.data import EOS_ID, ByteTokenizer, load_corpus
 from specjax.decoding.autoregressive import AutoregressiveDecoder
+from specjax.decoding.lookup_tree import LookupTreeDrafter
 from specjax.decoding.sampling import make_warper
 from specjax.decoding.speculative import SpeculativeDecoder
+from specjax.decoding.tree import TokenTree
+from specjax.decoding.tree_decoder import TreeSpeculativeDecoder
 from specjax.models import TransformerLM, build
 
 DRAFT_KINDS = ("transformer", "bigram", "unigram", "uniform", "prompt_lookup", "self", "none")
@@ -154,6 +157,32 @@ def _check_config(config) -> None:
         raise ValueError(f"config.timing_repeats must be an integer >= 1, got {repeats!r}")
 
 
+def build_decoder(config, target, draft_model, warper, tree):
+    """The speculative decoder: a gamma-chain, or a token tree when `config.tree` is set."""
+    if tree is None:
+        return SpeculativeDecoder(
+            target, draft_model, config.gamma, warper, config.cache_len, config.min_bucket
+        )
+    draft = draft_model
+    if config.draft_kind == "prompt_lookup":  # earlier matches' continuations as the tree
+        draft = LookupTreeDrafter(
+            target.vocab_size,
+            tree,
+            max_ngram=config.prompt_lookup.max_ngram,
+            min_ngram=config.prompt_lookup.min_ngram,
+        )
+    return TreeSpeculativeDecoder(
+        target,
+        draft,
+        tree,
+        warper,
+        replacement=bool(config.tree_replacement),
+        cache_len=config.cache_len,
+        min_bucket=config.min_bucket,
+        children=config.tree_children,
+    )
+
+
 def _decoder_report(result, tokenizer, first_call_s: float, median_s: float) -> dict:
     new = result.new_tokens()
     emitted = int(sum(len(row) for row in new))
@@ -176,11 +205,19 @@ def _describe(model) -> str:
     return type(model).__name__
 
 
+def _shape(result: dict) -> str:
+    tree = result.get("tree")
+    if tree is None:
+        return f"gamma={result['gamma']}"
+    rule = "with" if tree["replacement"] else "without"
+    return f"tree of {tree['nodes']} nodes, depth {tree['depth']} (siblings {rule} replacement)"
+
+
 def format_report(result: dict) -> str:
     """Renders the result dict as terminal text."""
     ar, spec = result["autoregressive"], result["speculative"]
     out = [
-        f"Generate: target {result['target']}; draft {result['draft']}; gamma={result['gamma']}; "
+        f"Generate: target {result['target']}; draft {result['draft']}; {_shape(result)}; "
         f"{result['warper']}; up to {result['max_new_tokens']} new tokens",
         "",
     ]
@@ -203,11 +240,15 @@ def format_report(result: dict) -> str:
             f"{s['alpha_empirical']:.3f}"
         )
         by_position = ", ".join(f"{a:.3f}" for a in s["acceptance_by_position"])
+        what = "depth" if result.get("tree") else "draft position"
         out += [
             "",
             f"speedup (AR ms/token / speculative ms/token): {result['speedup']:.3f}x",
-            f"acceptance rate by draft position: [{by_position}]",
+            f"acceptance rate by {what}: [{by_position}]",
         ]
+        if "accepted_rank_by_depth" in s:
+            ranks = ", ".join(f"{a:.3f}" for a in s["accepted_rank_by_depth"][0])
+            out.append(f"acceptance by sibling rank at depth 1: [{ranks}]")
         if result["greedy_identical"] is not None:
             out.append(f"greedy outputs identical: {result['greedy_identical']}")
     return "\n".join(out)
@@ -242,11 +283,10 @@ def run(config, workdir: str) -> dict:
     calls = {
         "ar": lambda: ar.generate(target_params, prompts, key_sample, config.max_new_tokens, eos_id)
     }
+    tree = None if not config.tree else TokenTree.parse(config.tree)
     if draft is not None:
         draft_model, draft_params = draft
-        spec = SpeculativeDecoder(
-            target, draft_model, config.gamma, warper, config.cache_len, config.min_bucket
-        )
+        spec = build_decoder(config, target, draft_model, warper, tree)
         calls["spec"] = lambda: spec.generate(
             target_params, draft_params, prompts, key_sample, config.max_new_tokens, eos_id
         )
@@ -276,6 +316,14 @@ def run(config, workdir: str) -> dict:
         if draft is None
         else f"{config.draft_kind}: {_describe(draft[0])}",
         "gamma": int(config.gamma),
+        "tree": None
+        if tree is None
+        else {
+            "parents": list(tree.parents),
+            "nodes": tree.num_nodes,
+            "depth": tree.max_depth,
+            "replacement": bool(config.tree_replacement),
+        },
         "warper": "greedy" if warper.is_greedy else repr(warper.warpers),
         "max_new_tokens": int(config.max_new_tokens),
         "prompts": list(config.prompts),

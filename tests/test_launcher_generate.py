@@ -150,3 +150,32 @@ def test_launcher_subprocess_self_draft_sampling(tmp_path):
     assert stats["acceptance_by_position"] == [1.0] * 4
     assert saved["greedy_identical"] is None
     _check_decoder_report(saved["speculative"], saved["prompts"], saved["max_new_tokens"])
+
+
+@pytest.mark.parametrize(
+    "options",
+    ["tiny,draft=transformer,tree=2/2/1,temperature=0", "tiny,draft=prompt_lookup,tree=3/1"],
+)
+def test_generate_mode_verifies_a_token_tree(tmp_path, capsys, options):
+    """`tree=...` swaps the chain for a token tree (model drafts level by level; prompt lookup
+    proposes several earlier matches); greedy output must still equal autoregressive output."""
+    config = generate_config.get_config(options + ",max_new_tokens=12")
+    generate_mode.run(config, str(tmp_path))
+    assert "tree of" in capsys.readouterr().out
+    with open(tmp_path / "generate.json", encoding="utf-8") as f:
+        saved = json.load(f)
+    tree = saved["tree"]
+    expected_nodes = {"2/2/1": 11, "3/1": 7}[config.tree]
+    assert tree["nodes"] == expected_nodes and tree["depth"] == len(config.tree.split("/"))
+    assert saved["greedy_identical"] is True
+    stats = saved["speculative"]["stats"]
+    assert len(stats["accepted_depth_histogram"]) == tree["depth"] + 1
+    assert len(stats["accepted_rank_by_depth"]) == tree["depth"]
+
+
+def test_tree_option_errors_name_the_option():
+    with pytest.raises(ValueError, match="rule="):
+        generate_config.get_config("tiny,tree=2/1,rule=maybe")
+    config = generate_config.get_config("tiny,tree=2/x")
+    with pytest.raises(ValueError, match="tree='2/x'"):
+        generate_mode.run(config, "/tmp/unused-generate-tree")
