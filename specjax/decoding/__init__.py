@@ -11,7 +11,8 @@ The seams (see each module's docstring):
   * `drafters.py`: where proposals come from (`Drafter`: `ModelDrafter`, `LookupDrafter`).
   * `tree.py`, `tree_decoder.py`: token trees (`TokenTree`, `tree_accept`) verified in one target
     call by `TreeSpeculativeDecoder`, drafted by a model (`TreeDrafter`) or by prompt lookup
-    (`lookup_tree.py`: `LookupTreeDrafter`).
+    (`lookup_tree.py`: `LookupTreeDrafter`); `tree_search.py`: Sequoia's optimal tree for a
+    measured acceptance-by-rank vector (`optimal_tree`, `expected_accepted`).
   * `acceptance.py`: the verification rule, a static `accept=` field of `SpeculativeDecoder`.
   * `sampling.py`: warpers (temperature, top-k, top-p), one shared by target and draft.
 """
@@ -43,6 +44,11 @@ from specjax.decoding.stats import summarize_stats
 from specjax.decoding.tree import TokenTree, tree_accept
 from specjax.decoding.tree_decoder import TreeSpeculativeDecoder
 from specjax.decoding.tree_drafter import TreeDrafter
+from specjax.decoding.tree_search import (
+    expected_accepted,
+    optimal_tree,
+    positional_from_conditional,
+)
 
 __all__ = [
     "AutoregressiveDecoder",
@@ -67,8 +73,11 @@ __all__ = [
     "TreeSpeculativeDecoder",
     "Verdict",
     "Warper",
+    "expected_accepted",
     "generate",
     "make_warper",
+    "optimal_tree",
+    "positional_from_conditional",
     "residual_distribution",
     "sample_from_probs",
     "speculative_accept",

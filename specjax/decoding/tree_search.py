@@ -1,0 +1,182 @@
+"""Sequoia's optimal trees: the tree of n nodes that maximises the expected accepted tokens.
+
+Sequoia (Chen et al. 2024, §3.1) describes a drafter/verifier pair by its positional acceptance
+vector P: P[k] is the probability that the k-th child tried at a node is the one accepted
+(unconditional, so sum(P) <= 1). Under the positional assumption (P depends on k only, not on the
+node's depth or prefix), node v is reached with probability f(v) = prod of P[rank(u)] over the
+nodes u on the path from the root to v (v included, the root excluded), and a verification call
+accepts E[accepted] = sum of f(v) over the non-root nodes v (Prop. 3.4); it emits one token more.
+
+`optimal_tree` maximises that sum over all trees whose siblings are ordered by rank, by dynamic
+programming over (nodes, depth bound, number of root children):
+
+    best(n, d)       = max over b of T(n, d, b)     (best(1, d) = 0: a lone root accepts nothing)
+    T(n, d, 0)       = 0 if n == 1, else impossible
+    T(n, d, b)       = max over m in 1..n-1 of  T(n - m, d, b - 1) + P[b] * (1 + best(m, d - 1))
+
+i.e. the root's first b - 1 subtrees use n - m nodes, and its b-th child heads a subtree of m
+nodes whose every node is reached through that child (probability P[b]). The recursion is exact
+for this objective: the subtrees of different children are independent choices.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specjax.decoding.tree import TokenTree
+
+_IMPOSSIBLE = -np.inf
+
+
+def positional_from_conditional(rates) -> np.ndarray:
+    """Sequoia's positional vector from conditional acceptance rates.
+
+    Args:
+      rates: a[k] = P(the (k+1)-th child tried is accepted | the ones before it were rejected),
+        each in [0, 1].
+
+    Returns:
+      float64 [K]: P[k] = a[k] * prod_{j<k} (1 - a[j]), the unconditional probability that the
+      (k+1)-th child is the one accepted (sum <= 1).
+    """
+    a = _vector("rates", rates)
+    survive = np.concatenate([[1.0], np.cumprod(1.0 - a)[:-1]])
+    return a * survive
+
+
+def conditional_from_positional(acceptance) -> np.ndarray:
+    """The inverse of `positional_from_conditional`: a[k] = P[k] / (1 - sum_{j<k} P[j]).
+
+    A rank that is reached with probability 0 gets rate 0.
+    """
+    p = _vector("acceptance", acceptance)
+    reached = 1.0 - np.concatenate([[0.0], np.cumsum(p)[:-1]])
+    return np.where(reached > 1e-12, p / np.maximum(reached, 1e-300), 0.0)
+
+
+def expected_accepted(tree: TokenTree, acceptance) -> float:
+    """E[accepted tokens] of one verification of `tree` under the positional assumption.
+
+    Args:
+      tree: any TokenTree (a chain too).
+      acceptance: the positional vector P (acceptance[0] = P_1, the first child tried); ranks
+        past its end count as 0.
+
+    Returns:
+      sum over non-root nodes v of prod_{u on root->v, u != root} P[rank(u)]. With
+      P = (alpha,) and the chain of gamma this is (1 - alpha^(gamma+1)) / (1 - alpha) - 1.
+    """
+    p = _vector("acceptance", acceptance)
+    reach = np.zeros(tree.num_nodes)
+    reach[0] = 1.0
+    for i in range(1, tree.num_nodes):
+        rank = tree.ranks[i]
+        reach[i] = reach[tree.parents[i]] * (p[rank] if rank < len(p) else 0.0)
+    return float(reach[1:].sum())
+
+
+def optimal_tree(acceptance, num_nodes: int, max_depth: int | None = None) -> TokenTree:
+    """Sequoia's dynamic program: the tree maximising `expected_accepted(tree, acceptance)`.
+
+    Args:
+      acceptance: the positional vector P (acceptance[0] = P_1); entries past its end count as 0.
+        Each entry in [0, 1] and the sum at most 1 (up to 1e-6).
+      num_nodes: n >= 1, the tokens the target scores, root included.
+      max_depth: bound on the drafted tokens along any root-to-leaf path (the sequential draft
+        steps); None: n - 1 (no bound). Must be >= 1 when n > 1.
+
+    Returns:
+      A TokenTree of exactly num_nodes nodes (breadth-first numbered, siblings by rank). Among
+      equally good trees the one found first is returned (smaller later subtrees win ties), so
+      the result is deterministic.
+
+    Raises:
+      ValueError: naming the argument, for a bad acceptance vector, num_nodes < 1 or a
+        max_depth that cannot hold num_nodes.
+    """
+    p = _vector("acceptance", acceptance)
+    if float(p.sum()) > 1.0 + 1e-6:
+        raise ValueError(
+            f"acceptance is Sequoia's positional vector (P[k] = P(the k-th child is the one "
+            f"accepted)), so it sums to at most 1; got sum {float(p.sum()):.6f}. Convert "
+            "conditional rates with positional_from_conditional"
+        )
+    if isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer)):
+        raise ValueError(f"num_nodes must be an int >= 1; got {num_nodes!r}")
+    n_max = int(num_nodes)
+    if n_max < 1:
+        raise ValueError(f"num_nodes must be >= 1 (it counts the root); got {n_max}")
+    depth = n_max - 1 if max_depth is None else max_depth
+    if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 0:
+        raise ValueError(f"max_depth must be None or an int >= 0; got {max_depth!r}")
+    depth = min(int(depth), n_max - 1)
+    if n_max > 1 and depth < 1:
+        raise ValueError(f"max_depth={max_depth} cannot hold num_nodes={n_max} > 1 nodes")
+    weights = np.zeros(n_max)  # weights[b - 1] = P_b for b = 1..n-1 (zero past the vector's end)
+    weights[: min(len(p), n_max)] = p[:n_max]
+
+    # best[d, n]: the best value of a subtree of n nodes and depth <= d; T[d, n, b] with b root
+    # children; choice[d, n, b]: the size m of the b-th child's subtree in that optimum.
+    best = np.full((depth + 1, n_max + 1), _IMPOSSIBLE)
+    best[:, 1] = 0.0
+    table = np.full((depth + 1, n_max + 1, n_max), _IMPOSSIBLE)
+    table[:, 1, 0] = 0.0
+    choice = np.zeros((depth + 1, n_max + 1, n_max), np.int64)
+    for d in range(1, depth + 1):
+        for n in range(2, n_max + 1):
+            if d >= n:  # a subtree of n nodes is at most n - 1 deep: the bound no longer binds
+                table[d, n], choice[d, n], best[d, n] = (
+                    table[d - 1, n],
+                    choice[d - 1, n],
+                    best[d - 1, n],
+                )
+                continue
+            m = np.arange(1, n)  # the b-th child's subtree size
+            child = 1.0 + best[d - 1, m]  # [n - 1]
+            possible = np.isfinite(child)
+            child = np.where(possible, child, 0.0)
+            for b in range(1, n):
+                rest = table[d, n - m, b - 1]
+                ok = possible & np.isfinite(rest)
+                value = np.where(ok, np.where(ok, rest, 0.0) + weights[b - 1] * child, _IMPOSSIBLE)
+                k = int(np.argmax(value))
+                table[d, n, b] = value[k]
+                choice[d, n, b] = m[k]
+            best[d, n] = table[d, n].max()
+
+    def build(n: int, d: int) -> list:
+        """The optimal subtree of n nodes and depth <= d, as nested child lists in rank order."""
+        if n == 1:
+            return []
+        b = int(np.argmax(table[d, n]))
+        kids = []
+        while b > 0:
+            m = int(choice[d, n, b])
+            kids.append(build(m, d - 1))
+            n, b = n - m, b - 1
+        return kids[::-1]
+
+    return tree_from_nested(build(n_max, depth))
+
+
+def tree_from_nested(children: list) -> TokenTree:
+    """A TokenTree from nested child lists (root's children in rank order, each a list of its own).
+
+    Nodes are numbered breadth-first, so the result meets TokenTree's invariants.
+    """
+    parents, queue = [-1], [(0, children)]
+    while queue:
+        node, kids = queue.pop(0)
+        for kid in kids:
+            parents.append(node)
+            queue.append((len(parents) - 1, kid))
+    return TokenTree(tuple(parents))
+
+
+def _vector(name: str, values) -> np.ndarray:
+    x = np.asarray(values, dtype=np.float64).reshape(-1)
+    if x.size == 0 or not np.all(np.isfinite(x)) or np.any(x < 0) or np.any(x > 1):
+        raise ValueError(
+            f"{name} must be a non-empty vector of probabilities in [0, 1]; got {values!r}"
+        )
+    return x
