@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from positional_reference import exact_positional
 
 from specjax.decoding import tree as tree_lib
 from specjax.decoding.tree import TokenTree, draw_children
@@ -116,39 +117,6 @@ def test_bad_arguments_raise_naming_them():
 # -- the value against tree_accept ------------------------------------------------------------
 
 
-def _exact_positional(p, q, ranks, replacement):
-    """P[k] for one node whose children are drawn from q (with or without replacement)."""
-    p, q = np.asarray(p, np.float64), np.asarray(q, np.float64)
-    out = np.zeros(ranks)
-
-    def residual(r, qq):
-        d = np.maximum(r - qq, 0.0)
-        return d / d.sum() if d.sum() > 1e-15 else r
-
-    if replacement:
-        r, reach = p, 1.0
-        for k in range(ranks):
-            a = np.minimum(r, q).sum()
-            out[k], reach, r = reach * a, reach * (1 - a), residual(r, q)
-        return out
-
-    def walk(r, qq, tried, k, reach):
-        if k == ranks or reach == 0.0:
-            return
-        if qq.sum() <= 1e-15:  # support exhausted: uniform over the untried tokens
-            qq = np.array([0.0 if t in tried else 1.0 for t in range(len(p))])
-        qq = qq / qq.sum()
-        for x in np.flatnonzero(qq > 0):
-            accept = min(1.0, r[x] / qq[x])
-            out[k] += reach * qq[x] * accept
-            reduced = qq.copy()
-            reduced[x] = 0.0
-            walk(residual(r, qq), reduced, tried | {int(x)}, k + 1, reach * qq[x] * (1 - accept))
-
-    walk(p, q, frozenset(), 0, 1.0)
-    return out
-
-
 @functools.partial(jax.jit, static_argnums=(1, 4, 5))
 def _accepted(key, tree, p, q, batch, replacement):
     """num_accepted of tree_accept over `batch` rows; every node has target p and draft q."""
@@ -181,7 +149,7 @@ def _accepted(key, tree, p, q, batch, replacement):
 def test_expected_accepted_predicts_tree_accept(replacement):
     p = np.array([0.45, 0.25, 0.2, 0.1])
     q = np.array([0.1, 0.4, 0.3, 0.2])
-    acceptance = _exact_positional(p, q, 4, replacement)
+    acceptance = exact_positional(p, q, 4, replacement)
     batch = 2**16
     trees = [optimal_tree(acceptance, 8), TokenTree.from_branching((3, 1)), TokenTree.chain(3)]
     for i, tree in enumerate(trees):
@@ -199,6 +167,6 @@ def test_expected_accepted_predicts_tree_accept(replacement):
         z = (n.mean() - want) / (n.std() / np.sqrt(batch))
         assert abs(z) < 5.0, (tree, n.mean(), want, z)
         if tree.max_branch > 1:  # power: the other rule's vector must be told apart
-            other = expected_accepted(tree, _exact_positional(p, q, 4, not replacement))
+            other = expected_accepted(tree, exact_positional(p, q, 4, not replacement))
             z_other = (n.mean() - other) / (n.std() / np.sqrt(batch))
             assert abs(z_other) > 10.0, (tree, n.mean(), other, z_other)
