@@ -25,6 +25,7 @@ from specjax.decoding.tree import TokenTree, draw_children
 from specjax.decoding.tree_search import (
     conditional_from_positional,
     expected_accepted,
+    hardware_aware_tree,
     optimal_tree,
     positional_from_conditional,
     tree_from_nested,
@@ -112,6 +113,30 @@ def test_bad_arguments_raise_naming_them():
         optimal_tree([0.5], 4, max_depth=0)
     with pytest.raises(ValueError, match="rates"):
         positional_from_conditional([1.5])
+
+
+def test_hardware_aware_choice_follows_the_verification_curve():
+    acceptance = [0.77, 0.10, 0.04, 0.02, 0.013, 0.008]  # Sequoia App. E's example vector
+    sizes = (1, 2, 4, 8, 16, 32, 64)
+    flat = {n: 1.0 for n in sizes}  # an accelerator: scoring 64 tokens costs one token's time
+    steep = {n: float(n) for n in sizes}  # scoring n tokens costs n tokens' time
+    tree, candidates = hardware_aware_tree(acceptance, flat, 0.0)
+    assert tree.num_nodes == 64  # free verification, free drafting: the biggest tree wins
+    assert candidates[0]["speedup"] == pytest.approx(1 + expected_accepted(tree, acceptance))
+    tree, _ = hardware_aware_tree(acceptance, steep, 0.0)
+    assert tree.num_nodes <= 2  # the gain is at most 1 + 0.77 per extra token scored
+    # A draft level costing 0.3 of a target call makes deep trees pay per level: shallower.
+    deep, _ = hardware_aware_tree(acceptance, flat, 0.0)
+    shallow, _ = hardware_aware_tree(acceptance, flat, 0.3)
+    assert shallow.max_depth < deep.max_depth
+    for c in hardware_aware_tree(acceptance, {1: 1.0, 4: 1.5, 8: 2.5}, lambda w: 0.1 * w)[1]:
+        widths = [end - first for first, end in c["tree"].levels[1:]]
+        cost = {1: 1.0, 4: 1.5, 8: 2.5}[c["nodes"]] + 0.1 * sum(widths)
+        assert c["speedup"] == pytest.approx((1 + c["expected_accepted"]) / cost)
+    with pytest.raises(ValueError, match="verify_cost"):
+        hardware_aware_tree(acceptance, {2: 1.0, 4: 1.0}, 0.1)
+    with pytest.raises(ValueError, match="max_depths"):
+        hardware_aware_tree(acceptance, flat, 0.1, max_depths=[0])
 
 
 # -- the value against tree_accept ------------------------------------------------------------

@@ -46,6 +46,7 @@ from specjax.decoding.tree_decoder import TreeSpeculativeDecoder
 from specjax.decoding.tree_drafter import TreeDrafter
 from specjax.decoding.tree_search import (
     expected_accepted,
+    hardware_aware_tree,
     optimal_tree,
     positional_from_conditional,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "Warper",
     "expected_accepted",
     "generate",
+    "hardware_aware_tree",
     "make_warper",
     "optimal_tree",
     "positional_from_conditional",

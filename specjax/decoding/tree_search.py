@@ -112,12 +112,20 @@ def optimal_tree(acceptance, num_nodes: int, max_depth: int | None = None) -> To
     depth = min(int(depth), n_max - 1)
     if n_max > 1 and depth < 1:
         raise ValueError(f"max_depth={max_depth} cannot hold num_nodes={n_max} > 1 nodes")
+    table, choice = _solve(p, n_max, depth)
+    return tree_from_nested(_build(table, choice, n_max, depth))
+
+
+def _solve(p: np.ndarray, n_max: int, depth: int):
+    """The DP tables for every size <= n_max and depth bound <= depth (module docstring).
+
+    Returns:
+      table: float64 [depth + 1, n_max + 1, n_max]: T(n, d, b), -inf where impossible.
+      choice: int64, same shape: the size m of the b-th child's subtree in that optimum.
+    """
     weights = np.zeros(n_max)  # weights[b - 1] = P_b for b = 1..n-1 (zero past the vector's end)
     weights[: min(len(p), n_max)] = p[:n_max]
-
-    # best[d, n]: the best value of a subtree of n nodes and depth <= d; T[d, n, b] with b root
-    # children; choice[d, n, b]: the size m of the b-th child's subtree in that optimum.
-    best = np.full((depth + 1, n_max + 1), _IMPOSSIBLE)
+    best = np.full((depth + 1, n_max + 1), _IMPOSSIBLE)  # best[d, n] = max over b of T(n, d, b)
     best[:, 1] = 0.0
     table = np.full((depth + 1, n_max + 1, n_max), _IMPOSSIBLE)
     table[:, 1, 0] = 0.0
@@ -143,20 +151,20 @@ def optimal_tree(acceptance, num_nodes: int, max_depth: int | None = None) -> To
                 table[d, n, b] = value[k]
                 choice[d, n, b] = m[k]
             best[d, n] = table[d, n].max()
+    return table, choice
 
-    def build(n: int, d: int) -> list:
-        """The optimal subtree of n nodes and depth <= d, as nested child lists in rank order."""
-        if n == 1:
-            return []
-        b = int(np.argmax(table[d, n]))
-        kids = []
-        while b > 0:
-            m = int(choice[d, n, b])
-            kids.append(build(m, d - 1))
-            n, b = n - m, b - 1
-        return kids[::-1]
 
-    return tree_from_nested(build(n_max, depth))
+def _build(table, choice, n: int, d: int) -> list:
+    """The optimal subtree of n nodes and depth <= d, as nested child lists in rank order."""
+    if n == 1:
+        return []
+    b = int(np.argmax(table[d, n]))
+    kids = []
+    while b > 0:
+        m = int(choice[d, n, b])
+        kids.append(_build(table, choice, m, d - 1))
+        n, b = n - m, b - 1
+    return kids[::-1]
 
 
 def tree_from_nested(children: list) -> TokenTree:
@@ -180,3 +188,72 @@ def _vector(name: str, values) -> np.ndarray:
             f"{name} must be a non-empty vector of probabilities in [0, 1]; got {values!r}"
         )
     return x
+
+
+def hardware_aware_tree(
+    acceptance,
+    verify_cost,
+    draft_cost,
+    max_depths=None,
+) -> tuple[TokenTree, list]:
+    """Sequoia's hardware-aware choice of tree size and depth (paper §4.1).
+
+    For every measured size n and depth bound d, takes `optimal_tree(acceptance, n, d)` and
+    predicts its speedup over autoregressive decoding,
+
+        speedup(n, d) = (1 + E[accepted]) * T(1) / (T(n) + sum over the tree's drafted levels of
+                        draft_cost(width of that level)),
+
+    then returns the best. On a CPU, T(n) grows with n and small trees win; on an accelerator
+    T(n) is nearly flat up to a few hundred tokens and the same acceptance vector picks a big tree.
+
+    Args:
+      acceptance: the positional vector P (see `optimal_tree`).
+      verify_cost: {n: T(n)}, the time of one target call scoring n tokens; must include n = 1
+        (autoregressive decoding's cost per token).
+      draft_cost: the time of one draft call: a number (the same for every width) or a callable
+        width -> time (one call scores a whole level).
+      max_depths: depth bounds to try (None: 1 .. 16).
+
+    Returns:
+      (the best tree, every candidate as a dict {nodes, max_depth, depth, expected_accepted,
+      tokens_per_call, cost, speedup}, sorted best first).
+    """
+    costs = {int(n): float(t) for n, t in dict(verify_cost).items()}
+    if 1 not in costs:
+        raise ValueError(f"verify_cost must include n = 1 (the AR step); got sizes {sorted(costs)}")
+    if any(not t > 0 for t in costs.values()):
+        raise ValueError(f"verify_cost times must be > 0; got {costs}")
+    draft = draft_cost if callable(draft_cost) else (lambda width, c=float(draft_cost): c)
+    depths = tuple(range(1, 17)) if max_depths is None else tuple(int(d) for d in max_depths)
+    p = _vector("acceptance", acceptance)
+    optimal_tree(p, 1)  # validates the vector
+    if any(d < 1 for d in depths):
+        raise ValueError(f"max_depths must be >= 1; got {depths}")
+    n_max, d_max = max(costs), max(depths)
+    table, choice = _solve(p, n_max, max(1, min(d_max, n_max - 1)))
+    candidates, seen = [], set()
+    for n in sorted(costs):
+        for d in depths if n > 1 else (0,):
+            bound = min(d, n - 1, table.shape[0] - 1)
+            tree = tree_from_nested(_build(table, choice, n, bound))
+            if (tree, n) in seen:  # a looser bound that did not bind
+                continue
+            seen.add((tree, n))
+            value = expected_accepted(tree, acceptance)
+            widths = [end - first for first, end in tree.levels[1:]]
+            cost = costs[n] + sum(draft(w) for w in widths)
+            candidates.append(
+                {
+                    "tree": tree,
+                    "nodes": n,
+                    "max_depth": d,
+                    "depth": tree.max_depth,
+                    "expected_accepted": value,
+                    "tokens_per_call": 1.0 + value,
+                    "cost": cost,
+                    "speedup": (1.0 + value) * costs[1] / cost,
+                }
+            )
+    candidates.sort(key=lambda c: -c["speedup"])
+    return candidates[0]["tree"], candidates
