@@ -39,6 +39,7 @@ FLOORS = {
     # Measurements use models, data and decoding.
     "specjax.alpha": 3,
     "specjax.benchmark": 3,
+    "specjax.rank_acceptance": 3,
     # Training uses all of the above.
     "specjax.training": 4,
     # Re-exports of modules moved into training/ (issue #13) sit above what they re-export.
