@@ -49,8 +49,9 @@ class PrefixCase:
       draft: [rows, vocab] q per context as given to the rule, or None: deterministic drafts
         (`draft_probs=None`, the rule assumes a point mass on each draft).
       draft_dist: [rows, vocab] r: what drafts are drawn from (q itself for a stochastic draft).
-      ragged: each call drafts d = code(context) mod (gamma + 1) tokens (a function of the
-        emitted stream only, as a prompt-lookup miss would be) and passes `num_drafted`.
+      ragged: each call drafts d = (row(context) + 1) mod (gamma + 1) tokens (a function of the
+        emitted stream only, as a prompt-lookup miss would be; 1 at the empty context) and
+        passes `num_drafted`.
     """
 
     name: str
@@ -96,8 +97,7 @@ class PrefixCase:
     def num_drafted(self, context) -> int:
         if not self.ragged:
             return self.gamma
-        code = context_row(tuple(context), self.vocab) - offset(len(context), self.vocab)
-        return code % (self.gamma + 1)
+        return (context_row(tuple(context), self.vocab) + 1) % (self.gamma + 1)
 
 
 def offset(length: int, vocab: int) -> int:
@@ -315,7 +315,7 @@ def make_case(
     random pair of tokens, so supports are often disjoint or partly so), "one_hot_p" (p a point
     mass per context), "p_equals_q", "deterministic" (drafts = argmax of an independent Dirichlet
     row, `draft_probs=None`), "bf16" (unnormalised bfloat16 rows of peaked p and q), "ragged"
-    (prefix kind with num_drafted = code(context) mod (gamma + 1)).
+    (prefix kind with num_drafted = (row(context) + 1) mod (gamma + 1)).
     """
     length = max(3, gamma + 1) if length is None else length
     rows = num_contexts(vocab, length - 1 + gamma)
