@@ -26,6 +26,7 @@ from stream_law import BLOCK_BUGS, block_law, make_case, tokenwise_law
 from test_acceptance_exact import _bad_cases
 
 from specjax.decoding.acceptance import block_accept, speculative_accept
+from specjax.decoding.block import expected_accepted, stop_chances
 
 KINDS = ("prefix", "sparse", "one_hot_p", "p_equals_q", "deterministic", "bf16", "ragged")
 KEYS = [jax.random.key(seed) for seed in (0, 1, 2, 12345)]
@@ -271,6 +272,27 @@ def test_law_of_one_call_matches_the_numpy_reference(kind, gamma):
         assert not counts[law.ravel() == 0].any(), (trial, drafts)
         result = pooled_chi2(counts, law.ravel())
         assert result.pvalue > PVALUE_THRESHOLD, (trial, drafts, result)
+
+
+def test_closed_form_expected_accepted_matches_the_reference():
+    # E[tau | drafts] from stop_chances (what scripts/block_gain.py measures with) against the
+    # numpy reference's exact law, for every draft vector of the root context, ragged too.
+    for kind in ("prefix", "ragged", "deterministic"):
+        case = _case(kind, 3)
+        for flat in range(case.vocab**3):
+            drafts = np.array(np.unravel_index(flat, (case.vocab,) * 3))
+            rows = [case.row(tuple(drafts[:j])) for j in range(4)]
+            p = case.p[rows]
+            q = np.eye(case.vocab)[drafts] if case.q is None else case.q[rows[:3]]
+            d = case.num_drafted(())
+            want = block_law(drafts, None if case.q is None else q, p, d).sum(-1) @ np.arange(4)
+            _, h = stop_chances(
+                jnp.asarray(drafts[None], jnp.int32),
+                jnp.asarray(q[None], jnp.float32),
+                jnp.asarray(p[None], jnp.float32),
+                jnp.asarray([d], jnp.int32),
+            )
+            assert float(expected_accepted(h)[0]) == pytest.approx(want, abs=1e-6)
 
 
 # ----------------------------------------------------------------------------- bad input

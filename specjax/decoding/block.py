@@ -107,6 +107,50 @@ def block_weights(p_x: jax.Array, q_x: jax.Array) -> jax.Array:
     return jnp.stack(weights, axis=1)
 
 
+def stop_chances(
+    draft_tokens: jax.Array, q: jax.Array, p: jax.Array, drafted: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """The weights b_0..b_γ and the stopping chances h_1..h_γ of block verification.
+
+    τ is the last i with η_i < h_i, so P(τ >= i | drafts) = 1 − Π_{j>=i} (1 − h_j): with
+    `expected_accepted` below this gives E[τ | drafts] in closed form (no coins drawn).
+
+    Args:
+      draft_tokens: int32 [batch, gamma].
+      q: float32 [batch, gamma, vocab] normalised draft distributions (point masses for a
+        deterministic draft).
+      p: float32 [batch, gamma + 1, vocab] normalised target distributions.
+      drafted: int32 [batch] tokens each row drafted (h_d = b_d, h_i = 0 past d).
+
+    Returns:
+      b: float32 [batch, gamma + 1], column i = b_i.
+      h: float32 [batch, gamma], column i - 1 = h_i.
+    """
+    gamma = draft_tokens.shape[1]
+    p_x = jnp.take_along_axis(p[:, :gamma], draft_tokens[..., None], axis=-1)[..., 0]  # [b, g]
+    q_x = jnp.take_along_axis(q, draft_tokens[..., None], axis=-1)[..., 0]  # [batch, gamma]
+    b = block_weights(p_x, q_x)  # [batch, gamma + 1], b[:, i] = b_i
+
+    # ρ_i for i = 0..gamma-1 (column i pairs b_i with p_{i+1}, q_{i+1}: p[:, i], q[:, i]).
+    rho = jnp.maximum(b[:, :gamma, None] * p[:, :gamma] - q, 0.0).sum(-1)  # [batch, gamma]
+    # h_i for i = 1..gamma-1 from the ρ formula, in column i - 1.
+    rho_h, b_h = rho[:, 1:], b[:, 1:gamma]  # [batch, gamma - 1]
+    denom = rho_h + 1.0 - b_h
+    h_mid = jnp.where(denom > 0, rho_h / jnp.where(denom > 0, denom, 1.0), 1.0)
+    h_mid = jnp.pad(h_mid, ((0, 0), (0, 1)))  # [batch, gamma]; the last column is replaced
+    i = jnp.arange(1, gamma + 1)[None, :]  # [1, gamma]
+    d = drafted[:, None]  # [batch, 1]
+    # Position d is the row's last drafted one (h_d = b_d); positions past it are never kept.
+    h = jnp.where(i < d, h_mid, jnp.where(i == d, b[:, 1:], 0.0))  # [batch, gamma]
+    return b, h
+
+
+def expected_accepted(h: jax.Array) -> jax.Array:
+    """E[τ | drafts] = Σ_i P(τ >= i) = Σ_i (1 − Π_{j>=i} (1 − h_j)) from h [..., gamma]."""
+    survive = jnp.cumprod((1.0 - h)[..., ::-1], axis=-1)[..., ::-1]  # Π_{j>=i} (1 − h_j)
+    return jnp.sum(1.0 - survive, axis=-1)
+
+
 def _masked_residual(p_row: jax.Array, q_row: jax.Array, weight: jax.Array) -> jax.Array:
     """norm(max(weight p − q, 0)), falling back to p where it has no mass (see module doc)."""
     residual = jnp.maximum(weight[:, None] * p_row - q_row, 0.0)  # [batch, vocab]
@@ -160,21 +204,8 @@ def block_accept(
     drafted = jnp.full((batch,), gamma, jnp.int32) if num_drafted is None else num_drafted
     drafted = drafted.astype(jnp.int32)  # [batch]
 
-    p_x = jnp.take_along_axis(p[:, :gamma], draft_tokens[..., None], axis=-1)[..., 0]  # [b, g]
-    q_x = jnp.take_along_axis(q, draft_tokens[..., None], axis=-1)[..., 0]  # [batch, gamma]
-    b = block_weights(p_x, q_x)  # [batch, gamma + 1], b[:, i] = b_i
-
-    # ρ_i for i = 0..gamma-1 (column i pairs b_i with p_{i+1}, q_{i+1}: p[:, i], q[:, i]).
-    rho = jnp.maximum(b[:, :gamma, None] * p[:, :gamma] - q, 0.0).sum(-1)  # [batch, gamma]
-    # h_i for i = 1..gamma in column i - 1.
-    rho_h, b_h = rho[:, 1:], b[:, 1:gamma]  # [batch, gamma - 1] for i = 1..gamma-1
-    denom = rho_h + 1.0 - b_h
-    h_mid = jnp.where(denom > 0, rho_h / jnp.where(denom > 0, denom, 1.0), 1.0)
-    h_mid = jnp.pad(h_mid, ((0, 0), (0, 1)))  # [batch, gamma]; the last column is replaced
+    b, h = stop_chances(draft_tokens, q, p, drafted)  # [batch, gamma + 1], [batch, gamma]
     i = jnp.arange(1, gamma + 1)[None, :]  # [1, gamma]
-    d = drafted[:, None]  # [batch, 1]
-    # Position d is the row's last drafted one (h_d = b_d); positions past it are never kept.
-    h = jnp.where(i < d, h_mid, jnp.where(i == d, b[:, 1:], 0.0))  # [batch, gamma]
 
     key_accept, key_sample = jax.random.split(key)
     eta = jax.random.uniform(key_accept, (batch, gamma), jnp.float32)  # [batch, gamma]

@@ -1,0 +1,132 @@
+r"""Tokens per target call, token-wise vs block verification, on a trained pair, for γ = 1..8.
+
+    python scripts/block_gain.py                       # leviathan2023:tiny's mini pair, t = 1
+    python scripts/block_gain.py --drafts=mini_draft --contexts=512 --temperature=0.7
+
+Uses only cached weights (~/.cache/specjax/models, written by the leviathan2023 pipeline; this
+script never trains). Contexts are target-generated: validation prompts of 32 bytes followed by
+`--warmup` tokens sampled from the target. At each context the draft samples a block of 8 tokens
+(temperature t), the target scores it once, and for every γ <= 8 the first γ drafts give, in
+closed form (no coins drawn), the expected number of accepted drafts of each rule given the block:
+
+    token-wise  E[n | x] = Σ_i Π_{j<=i} min(1, p_j(x_j) / q_j(x_j))
+    block       E[τ | x] = Σ_i (1 − Π_{j>=i} (1 − h_j))        (specjax.decoding.block)
+
+Averaged over drafted blocks this is E[accepted] per call exactly (Rao-Blackwellised), and both
+rules see the same blocks, so the gain's standard error is that of a paired mean. Tokens per
+call = E[accepted] + 1. Prints one row per γ with the gain and its standard error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from configs import leviathan2023 as lev_config  # noqa: E402
+from experiments.leviathan2023 import models as model_lib  # noqa: E402
+from specjax.checkpoint import load_model  # noqa: E402
+from specjax.data import load_corpus  # noqa: E402
+from specjax.data.batches import sample_prompts  # noqa: E402
+from specjax.data.tokenizer import ByteTokenizer  # noqa: E402
+from specjax.decoding.block import expected_accepted, stop_chances  # noqa: E402
+from specjax.training import zoo  # noqa: E402
+
+_DRAFTS = flags.DEFINE_list("drafts", ["mini_draft", "mini_draft_distilled"], "Drafts.")
+_CONTEXTS = flags.DEFINE_integer("contexts", 1024, "Contexts (drafted blocks) per draft.")
+_WARMUP = flags.DEFINE_integer("warmup", 8, "Target-sampled tokens after each prompt.")
+_TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Temperature of target and draft.")
+_MAX_GAMMA = flags.DEFINE_integer("max_gamma", 8, "Largest gamma.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed.")
+PROMPT_LEN = 32
+
+
+def _cached(cfg):
+    path = zoo.model_cache_dir(cfg.to_dict())
+    if not os.path.isdir(path):
+        raise SystemExit(f"{cfg.name} is not cached at {path}: run the leviathan2023 pipeline")
+    return load_model(path)
+
+
+def _forward(model, width):
+    """Jitted logits [N, width, vocab] of a fixed-width buffer (causal: column t sees <= t)."""
+
+    @jax.jit
+    def run(params, tokens):
+        state = model.init_state(tokens.shape[0], width)
+        num_new = jnp.full((tokens.shape[0],), width, jnp.int32)
+        return model.apply(params, state, tokens, num_new)[0].astype(jnp.float32)
+
+    return run
+
+
+def _probs(logits, temperature):
+    return jax.nn.softmax(logits / temperature, axis=-1)
+
+
+def main(argv):
+    del argv
+    config = lev_config.get_config("tiny")
+    target_cfg = model_lib.train_config(config.target, config)
+    target, tparams, _ = _cached(target_cfg)
+    n, g, t, warm = _CONTEXTS.value, _MAX_GAMMA.value, _TEMPERATURE.value, _WARMUP.value
+    width = PROMPT_LEN + warm + g + 1
+    val = np.asarray(load_corpus(config.corpus, "validation", ByteTokenizer()))
+    prompts = np.stack(sample_prompts(val, n, PROMPT_LEN, seed=_SEED.value).tokens)
+    buf = np.zeros((n, width), np.int32)
+    buf[:, :PROMPT_LEN] = prompts
+    buf = jnp.asarray(buf)
+    key = jax.random.key(_SEED.value)
+    t_fwd = _forward(target, width)
+    for k in range(warm):  # target-generated context, as the decoder's own stream would be
+        pos = PROMPT_LEN + k
+        logits = t_fwd(tparams, buf)[:, pos - 1]
+        token = jax.random.categorical(jax.random.fold_in(key, k), logits / t, axis=-1)
+        buf = buf.at[:, pos].set(token.astype(jnp.int32))
+    start = PROMPT_LEN + warm  # first drafted position
+
+    print(f"target {target_cfg.name}; t = {t:g}; {n} target-generated contexts; gamma 1..{g}")
+    for name in _DRAFTS.value:
+        distill = name.endswith(model_lib.DISTILLED_SUFFIX)
+        size = name[: -len(model_lib.DISTILLED_SUFFIX)] if distill else name
+        cfg = model_lib.train_config(size, config, distill_from=target_cfg if distill else None)
+        draft, dparams, _ = _cached(cfg)
+        d_fwd = _forward(draft, width)
+        block = buf
+        qs = []
+        for j in range(g):  # the draft samples its block autoregressively
+            q = _probs(d_fwd(dparams, block)[:, start + j - 1], t)  # [n, vocab]
+            x = jax.random.categorical(jax.random.fold_in(key, 1000 + j), jnp.log(q), axis=-1)
+            block = block.at[:, start + j].set(x.astype(jnp.int32))
+            qs.append(q)
+        q = jnp.stack(qs, axis=1)  # [n, g, vocab]
+        p = _probs(t_fwd(tparams, block)[:, start - 1 : start + g], t)  # [n, g + 1, vocab]
+        x = block[:, start : start + g]  # [n, g]
+        p_x = jnp.take_along_axis(p[:, :g], x[..., None], -1)[..., 0]
+        q_x = jnp.take_along_axis(q, x[..., None], -1)[..., 0]
+        ratio = jnp.minimum(1.0, p_x / q_x)  # q_x > 0: x was sampled from q
+        print(f"\ndraft {cfg.name}")
+        print("gamma  tokens/call tokenwise  block   gain     (se)")
+        for gamma in range(1, g + 1):
+            token = np.asarray(jnp.sum(jnp.cumprod(ratio[:, :gamma], axis=1), axis=1))
+            _, h = stop_chances(
+                x[:, :gamma], q[:, :gamma], p[:, : gamma + 1], jnp.full((n,), gamma, jnp.int32)
+            )
+            blk = np.asarray(expected_accepted(h))
+            diff = blk - token
+            se = diff.std(ddof=1) / np.sqrt(n)
+            gain = diff.mean() / (token.mean() + 1.0)
+            print(
+                f"{gamma:5d}  {token.mean() + 1:20.4f}  {blk.mean() + 1:6.4f}  "
+                f"{100 * gain:+6.2f} %  ({100 * se / (token.mean() + 1):.2f} %)"
+            )
+
+
+if __name__ == "__main__":
+    app.run(main)
