@@ -15,10 +15,15 @@ closed form (no coins drawn), the expected number of accepted drafts of each rul
 Averaged over drafted blocks this is E[accepted] per call exactly (Rao-Blackwellised), and both
 rules see the same blocks, so the gain's standard error is that of a paired mean. Tokens per
 call = E[accepted] + 1. Prints one row per γ with the gain and its standard error.
+
+`--decode_gammas=4,8` also runs `SpeculativeDecoder(..., accept=rule)` end to end for both rules
+(one batch of `--decode_prompts` prompts, `--decode_new` tokens each, timed round-robin after a
+compile call): tokens per iteration as the decoder counts them, and ms per token.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -31,11 +36,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from configs import leviathan2023 as lev_config  # noqa: E402
 from experiments.leviathan2023 import models as model_lib  # noqa: E402
+from specjax.benchmark.timing import interleaved  # noqa: E402
 from specjax.checkpoint import load_model  # noqa: E402
 from specjax.data import load_corpus  # noqa: E402
 from specjax.data.batches import sample_prompts  # noqa: E402
 from specjax.data.tokenizer import ByteTokenizer  # noqa: E402
 from specjax.decoding.block import expected_accepted, stop_chances  # noqa: E402
+from specjax.decoding.rules import accept_rule  # noqa: E402
+from specjax.decoding.sampling import make_warper  # noqa: E402
+from specjax.decoding.speculative import SpeculativeDecoder  # noqa: E402
 from specjax.training import zoo  # noqa: E402
 
 _DRAFTS = flags.DEFINE_list("drafts", ["mini_draft", "mini_draft_distilled"], "Drafts.")
@@ -44,6 +53,12 @@ _WARMUP = flags.DEFINE_integer("warmup", 8, "Target-sampled tokens after each pr
 _TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Temperature of target and draft.")
 _MAX_GAMMA = flags.DEFINE_integer("max_gamma", 8, "Largest gamma.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed.")
+_DECODE_GAMMAS = flags.DEFINE_list(
+    "decode_gammas", [], "Also decode end to end with both rules at these gammas (walltime)."
+)
+_DECODE_PROMPTS = flags.DEFINE_integer("decode_prompts", 8, "Prompts (one batch) to decode.")
+_DECODE_NEW = flags.DEFINE_integer("decode_new", 128, "New tokens per prompt when decoding.")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed rounds when decoding (medians).")
 PROMPT_LEN = 32
 
 
@@ -126,6 +141,30 @@ def main(argv):
                 f"{gamma:5d}  {token.mean() + 1:20.4f}  {blk.mean() + 1:6.4f}  "
                 f"{100 * gain:+6.2f} %  ({100 * se / (token.mean() + 1):.2f} %)"
             )
+        if _DECODE_GAMMAS.value:
+            _decode(target, tparams, draft, dparams, val, t)
+
+
+def _decode(target, tparams, draft, dparams, val, temperature):
+    prompts = sample_prompts(val, _DECODE_PROMPTS.value, PROMPT_LEN, seed=_SEED.value + 1).tokens
+    prompts = [np.asarray(p) for p in prompts]
+    new, key = _DECODE_NEW.value, jax.random.key(_SEED.value + 2)
+    warper = make_warper(temperature)
+    print("decoded end to end: gamma  rule       tokens/iter  ms/token")
+    for gamma in map(int, _DECODE_GAMMAS.value):
+        calls, results = {}, {}
+        for rule in ("tokenwise", "block"):
+            spec = SpeculativeDecoder(
+                target, draft, gamma, warper, cache_len=256, accept=accept_rule(rule)
+            )
+            calls[rule] = functools.partial(spec.generate, tparams, dparams, prompts, key, new)
+            results[rule] = jax.block_until_ready(calls[rule]())  # compiles
+        timings = interleaved(calls, repeats=_REPEATS.value, warmup=0)
+        for rule, result in results.items():
+            summary = result.summary()
+            ms = 1e3 * timings[rule].median / summary["tokens_emitted"]
+            per_iteration = summary["sampler_tokens_per_iteration"]
+            print(f"{gamma:25d}  {rule:9s}  {per_iteration:11.3f}  {ms:8.3f}")
 
 
 if __name__ == "__main__":
