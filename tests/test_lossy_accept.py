@@ -133,3 +133,36 @@ def test_the_kit_flags_lossy_rules():
     for spec in ("lenient:0.5", "typical:0.09,0.3"):
         report = testing.check_acceptance_rule(accept_rule(spec), **common)
         assert not report.passed and report.min_pvalue < 1e-12, str(report)
+
+
+@pytest.mark.parametrize("kind", ["prefix", "peaked", "deterministic"])
+def test_exact_stream_shift_by_enumeration(kind):
+    # Exact law of the first 3 emitted tokens of chained calls (4 tokens, γ = 2, p and q per
+    # prefix): lenience 1 is the target to 1e-12; the lossy settings shift it, and the first
+    # token's marginal of the enumeration equals the closed form in (p1, q1).
+    import functools
+
+    from specjax.testing import law
+
+    case = law.make_case(kind, 2)
+    target = law.target_law(case)
+    tv = {}
+    rules = {
+        "lenient:1": functools.partial(lossy.lenient_call_law, lenience=1.0),
+        "lenient:0.5": functools.partial(lossy.lenient_call_law, lenience=0.5),
+        "typical": lossy.typical_call_law,
+    }
+    closed = {
+        "lenient:1": lambda p, q: lossy.lenient_first_token_law(p, q, 1.0),
+        "lenient:0.5": lambda p, q: lossy.lenient_first_token_law(p, q, 0.5),
+        "typical": lossy.typical_first_token_law,
+    }
+    for name, rule in rules.items():
+        stream = law.stream_law(case, rule)
+        tv[name] = float(lossy.total_variation(stream.ravel(), target.ravel()))
+        # Drafts are drawn from r (q itself, or a point mass for a deterministic draft).
+        first = law.marginal(stream, 0)
+        np.testing.assert_allclose(first, closed[name](case.p[0], case.r[0]), atol=1e-12)
+    print(kind, tv)
+    assert tv["lenient:1"] < 1e-12, tv
+    assert tv["lenient:0.5"] > 1e-3 and tv["typical"] > 1e-3, tv

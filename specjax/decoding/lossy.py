@@ -191,3 +191,43 @@ def typical_first_token_law(p1, q1, epsilon: float = 0.09, delta: float = 0.3) -
 def total_variation(a, b) -> np.ndarray:
     """½ Σ |a - b| over the last axis (float64)."""
     return 0.5 * np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).sum(-1)
+
+
+def _call_law(drafts, q, p, d, accept_prob, correction) -> np.ndarray:
+    """[γ + 1, vocab] exact law of (n, next token) of one call of a token-wise-shaped rule."""
+    gamma, vocab = len(drafts), p.shape[-1]
+    q = np.eye(vocab)[np.asarray(drafts)] if q is None else q
+    law = np.zeros((gamma + 1, vocab))
+    reach = 1.0
+    for i in range(d + 1):
+        if i == d:
+            law[i] = reach * p[i]
+            break
+        a = accept_prob(p[i], q[i], drafts[i])
+        law[i] = reach * (1.0 - a) * correction(p[i], q[i])
+        reach *= a
+    return law
+
+
+def lenient_call_law(drafts, q, p, d, lenience: float) -> np.ndarray:
+    """Exact (n, y) law of one `lenient_accept` call (float64; `specjax.testing.law.RuleLaw` with
+    the knob bound by functools.partial), for `law.stream_law`: the exact shift of a stream."""
+
+    def accept(p_i, q_i, x):
+        return 1.0 if p_i[x] >= lenience * q_i[x] else p_i[x] / (lenience * q_i[x])
+
+    def correction(p_i, q_i):
+        r = np.maximum(p_i - lenience * q_i, 0.0)
+        return r / r.sum() if r.sum() > 0 else p_i
+
+    return _call_law(drafts, q, p, d, accept, correction)
+
+
+def typical_call_law(drafts, q, p, d, epsilon: float = 0.09, delta: float = 0.3) -> np.ndarray:
+    """Exact (n, y) law of one `typical_accept` call (float64), as `lenient_call_law`."""
+
+    def accept(p_i, q_i, x):
+        logp = np.log(np.where(p_i > 0, p_i, 1.0))
+        return float(p_i[x] > min(epsilon, delta * np.exp(np.sum(p_i * logp))))
+
+    return _call_law(drafts, q, p, d, accept, lambda p_i, q_i: p_i)
