@@ -166,3 +166,35 @@ def test_exact_stream_shift_by_enumeration(kind):
     print(kind, tv)
     assert tv["lenient:1"] < 1e-12, tv
     assert tv["lenient:0.5"] > 1e-3 and tv["typical"] > 1e-3, tv
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", ["lenient:0.5", "typical:0.09,0.3"])
+def test_greedy_decoder_with_a_lossy_rule_equals_autoregressive(spec):
+    # At temperature 0 p and q are point masses: both rules then accept exactly the target's
+    # argmax and correct to it, so the decoder (taking the named rule as its static field)
+    # reproduces greedy decoding.
+    from decoding_setup import (
+        CACHE_LEN,
+        GAMMA,
+        GREEDY,
+        MAX_NEW,
+        PROMPTS,
+        TARGET,
+        ar_decoder,
+        as_lists,
+        drafts,
+        target_params,
+    )
+
+    from specjax.decoding.speculative import SpeculativeDecoder
+
+    draft, draft_params = drafts()["noisy_self"]
+    reference = ar_decoder().generate(target_params(), list(PROMPTS), jax.random.key(0), MAX_NEW)
+    spec_decoder = SpeculativeDecoder(
+        TARGET, draft, GAMMA, GREEDY, cache_len=CACHE_LEN, accept=accept_rule(spec)
+    )
+    result = spec_decoder.generate(
+        target_params(), draft_params, list(PROMPTS), jax.random.key(1), MAX_NEW
+    )
+    assert as_lists(result) == as_lists(reference)
