@@ -27,6 +27,8 @@ String options after the colon (comma-separated, big_vision style):
     tree=3/2/1           verify a token tree instead of a chain: children per depth ("/"-
                          separated here; --config.tree="3,2,1" or a parents list "-1,0,0,1,1")
     rule=with            tree siblings drawn with (SpecInfer) or without (Sequoia) replacement
+    accept=tokenwise     the chain's acceptance rule: tokenwise | block (block verification);
+                         any name of specjax.decoding.rules.RULES, args after ":" ("/"-separated)
     temperature=0        0 = greedy (then speculative output must equal autoregressive output)
     top_k=40             0 disables
     top_p=0.95           1 disables
@@ -46,7 +48,7 @@ DRAFT_KINDS = ("transformer", "bigram", "unigram", "uniform", "prompt_lookup", "
 
 _INT_OPTIONS = ("gamma", "top_k", "max_new_tokens", "seed")
 _FLOAT_OPTIONS = ("temperature", "top_p")
-_STR_OPTIONS = ("draft", "target_family", "draft_family", "tree", "rule")
+_STR_OPTIONS = ("draft", "target_family", "draft_family", "tree", "rule", "accept")
 _SWITCHES = ("tiny",)
 
 
@@ -117,6 +119,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # A token tree to verify instead of the gamma-chain (None: the chain): children per depth
     # ("3,2,1") or the parents of nodes 0..N-1 ("-1,0,0,1,1"); see specjax.decoding.tree.
     config.tree = config_dict.placeholder(str)
+    # The gamma-chain's acceptance rule by name (specjax.decoding.rules): "tokenwise" (Leviathan
+    # et al.'s) or "block" (block verification, Sun et al. 2024: lossless, more drafts kept).
+    config.accept = "tokenwise"
     # Tree siblings sampled with replacement (SpecInfer's rule) or without (Sequoia's).
     config.tree_replacement = True
     # Tree children of a model draft: "sample", "top_k" (deterministic) or "auto" (top_k when
@@ -159,7 +164,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.target.family = options["target_family"]
     if "draft_family" in options:
         config.draft.family = options["draft_family"]
-    for key in ("gamma", "top_k", "max_new_tokens", "seed", "temperature", "top_p", "tree"):
+    for key in (
+        "gamma",
+        "top_k",
+        "max_new_tokens",
+        "seed",
+        "temperature",
+        "top_p",
+        "tree",
+        "accept",
+    ):
         if key in options:
             config[key] = options[key]
     if "rule" in options:

@@ -21,6 +21,7 @@ from specjax.benchmark.timing import interleaved
 from specjax.data import EOS_ID, ByteTokenizer, load_corpus
 from specjax.decoding.autoregressive import AutoregressiveDecoder
 from specjax.decoding.lookup_tree import LookupTreeDrafter
+from specjax.decoding.rules import accept_rule
 from specjax.decoding.sampling import make_warper
 from specjax.decoding.speculative import SpeculativeDecoder
 from specjax.decoding.tree import TokenTree
@@ -152,6 +153,12 @@ def _check_config(config) -> None:
         raise ValueError(
             f"config.prompts must be a non-empty list of non-empty strings; got {prompts!r}"
         )
+    accept_rule(config.accept)  # an unknown rule name fails here, before models are built
+    if config.tree and config.accept != "tokenwise":
+        raise ValueError(
+            f"config.accept={config.accept!r} applies to the gamma-chain; a token tree "
+            "(config.tree) is verified by tree_accept"
+        )
     repeats = config.timing_repeats
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"config.timing_repeats must be an integer >= 1, got {repeats!r}")
@@ -161,7 +168,13 @@ def build_decoder(config, target, draft_model, warper, tree):
     """The speculative decoder: a gamma-chain, or a token tree when `config.tree` is set."""
     if tree is None:
         return SpeculativeDecoder(
-            target, draft_model, config.gamma, warper, config.cache_len, config.min_bucket
+            target,
+            draft_model,
+            config.gamma,
+            warper,
+            config.cache_len,
+            config.min_bucket,
+            accept=accept_rule(config.accept),
         )
     draft = draft_model
     if config.draft_kind == "prompt_lookup":  # earlier matches' continuations as the tree
@@ -208,7 +221,8 @@ def _describe(model) -> str:
 def _shape(result: dict) -> str:
     tree = result.get("tree")
     if tree is None:
-        return f"gamma={result['gamma']}"
+        accept = result.get("accept", "tokenwise")
+        return f"gamma={result['gamma']}" + ("" if accept == "tokenwise" else f", {accept}")
     rule = "with" if tree["replacement"] else "without"
     return f"tree of {tree['nodes']} nodes, depth {tree['depth']} (siblings {rule} replacement)"
 
@@ -316,6 +330,7 @@ def run(config, workdir: str) -> dict:
         if draft is None
         else f"{config.draft_kind}: {_describe(draft[0])}",
         "gamma": int(config.gamma),
+        "accept": config.accept,
         "tree": None
         if tree is None
         else {

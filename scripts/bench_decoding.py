@@ -5,6 +5,7 @@
     python scripts/bench_decoding.py --draft=truncated:2      # the target's first 2 blocks
     python scripts/bench_decoding.py --draft=bigram
     python scripts/bench_decoding.py --compare_xla_flag       # with vs without the XLA:CPU flag
+    python scripts/bench_decoding.py --accept=block --temperature=1   # block verification
 
 Random weights, greedy, batch 1 by default, one run: the decoders and every part are timed
 round-robin (machine drift hits all alike), medians over --repeats after a warm-up round that
@@ -64,6 +65,9 @@ _BATCH = flags.DEFINE_integer("batch", 1, "Rows (identical-length random prompts
 _PROMPT_LEN = flags.DEFINE_integer("prompt_len", 16, "Prompt tokens per row.")
 _NEW = flags.DEFINE_integer("max_new_tokens", 128, "Generated tokens per row.")
 _GAMMA = flags.DEFINE_integer("gamma", 4, "Drafted tokens per iteration.")
+_ACCEPT = flags.DEFINE_string(
+    "accept", "tokenwise", "Acceptance rule by name (specjax.decoding.rules): tokenwise, block."
+)
 _CACHE_LEN = flags.DEFINE_integer("cache_len", 512, "KV cache positions per row.")
 _TEMPERATURE = flags.DEFINE_float("temperature", 0.0, "Sampling temperature (0: greedy).")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed rounds (medians reported).")
@@ -170,6 +174,7 @@ def measure() -> dict:
     import numpy as np
 
     from specjax.decoding import autoregressive, loop, speculative
+    from specjax.decoding.rules import accept_rule
     from specjax.decoding.sampling import make_warper, sample_from_probs
 
     gamma, batch, new = _GAMMA.value, _BATCH.value, _NEW.value
@@ -180,7 +185,9 @@ def measure() -> dict:
     prompts = [rng.integers(0, _VOCAB.value, _PROMPT_LEN.value) for _ in range(batch)]
     key = jax.random.PRNGKey(_SEED.value)
     ar = autoregressive.AutoregressiveDecoder(target, warper, cache_len=cache_len)
-    spec = speculative.SpeculativeDecoder(target, draft, gamma, warper, cache_len=cache_len)
+    spec = speculative.SpeculativeDecoder(
+        target, draft, gamma, warper, cache_len=cache_len, accept=accept_rule(_ACCEPT.value)
+    )
 
     ar_result = ar.generate(tp, prompts, key, new)
     spec_result = spec.generate(tp, dp, prompts, key, new)
@@ -280,6 +287,7 @@ def measure() -> dict:
             "prompt_len": _PROMPT_LEN.value,
             "max_new_tokens": new,
             "gamma": gamma,
+            "accept": _ACCEPT.value,
             "cache_len": cache_len,
             "temperature": _TEMPERATURE.value,
             "repeats": repeats,

@@ -29,14 +29,17 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
+from specjax.testing.stats import (  # noqa: F401  (re-exported for the tests)
+    MIN_EXPECTED,
+    PVALUE_THRESHOLD,
+    Chi2,
+    pooled_chi2,
+)
+
 # A correct sampler fails one check with probability <= 1e-6 (up to the accuracy of the chi-square
 # and normal approximations, which with every pooled bin expecting >= 5 counts and >= 1e6 samples
-# is well within a factor of 2 at this tail).
-PVALUE_THRESHOLD = 1e-6
-
-# Categories expecting fewer counts than this are pooled into one bin before the chi-square test.
-MIN_EXPECTED = 5.0
-
+# is well within a factor of 2 at this tail). The chi-square itself (sparse categories pooled,
+# p-value without scipy) is the library kit's: `specjax.testing.stats`, one implementation.
 # 2^20 = 1,048,576 >= 1e6 samples per case, in 16 chunks of 65,536 keys.
 NUM_SAMPLES = 1 << 20
 CHUNK = 1 << 16
@@ -221,59 +224,12 @@ def sample_case(
     return Samples(np.asarray(pairs), np.asarray(n), np.asarray(first))
 
 
-@dataclasses.dataclass(frozen=True)
-class Chi2:
-    """Result of a pooled Pearson chi-square goodness-of-fit test."""
-
-    statistic: float
-    dof: int
-    pvalue: float
-    bins: int
-
-
 def assert_impossible_never_drawn(counts: np.ndarray, probs: np.ndarray, what: str) -> None:
     """A category of probability exactly 0 must never occur: one occurrence is a failure."""
     bad = (probs == 0) & (counts > 0)
     if bad.any():
         where = np.argwhere(bad)[:5].tolist()
         raise AssertionError(f"{what}: zero-probability categories drawn, e.g. {where}")
-
-
-def pooled_chi2(counts: np.ndarray, probs: np.ndarray) -> Chi2:
-    """Pearson chi-square of `counts` against `probs`, pooling sparse categories.
-
-    Categories of probability 0 are left out (check them with `assert_impossible_never_drawn`).
-    Categories expecting fewer than MIN_EXPECTED counts are merged into one bin; if that bin still
-    expects fewer, it absorbs the smallest remaining bins until it does not.
-
-    Args:
-      counts: observed counts, any shape.
-      probs: probabilities of the same shape, summing to 1.
-
-    Returns:
-      `Chi2`; with a single bin there is nothing to test and the p-value is 1.
-    """
-    counts = np.asarray(counts, np.float64).ravel()
-    probs = np.asarray(probs, np.float64).ravel()
-    keep = probs > 0
-    counts, probs = counts[keep], probs[keep]
-    total = counts.sum()
-    expected = total * probs / probs.sum()
-    order = np.argsort(expected)
-    expected, counts = expected[order], counts[order]
-    # Smallest-first: pool the prefix of sparse categories, extending it while the pool is sparse.
-    cut = int(np.searchsorted(expected, MIN_EXPECTED))
-    while cut < len(expected) and 0 < expected[:cut].sum() < MIN_EXPECTED:
-        cut += 1
-    if cut > 0:
-        expected = np.concatenate([[expected[:cut].sum()], expected[cut:]])
-        counts = np.concatenate([[counts[:cut].sum()], counts[cut:]])
-    bins = len(expected)
-    if bins < 2:
-        return Chi2(0.0, 0, 1.0, bins)
-    statistic = float(np.sum((counts - expected) ** 2 / expected))
-    dof = bins - 1
-    return Chi2(statistic, dof, float(stats.chi2.sf(statistic, dof)), bins)
 
 
 def binomial_pvalue(successes: int, trials: int, prob: float) -> float:

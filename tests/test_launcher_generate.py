@@ -14,6 +14,8 @@ from configs import generate as generate_config
 from experiments import generate as generate_mode
 from specjax import checkpoint
 from specjax.data import EOS_ID, ByteTokenizer
+from specjax.decoding.acceptance import block_accept, speculative_accept
+from specjax.decoding.rules import accept_rule
 from specjax.models import TransformerLM
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -72,6 +74,35 @@ def test_target_checkpoint_is_loaded(tmp_path):
     config.target_checkpoint = checkpoint.export_model(str(tmp_path / "v100"), small_params, meta)
     with pytest.raises(ValueError, match="vocab_size=100"):
         generate_mode.run(config, str(tmp_path / "c"))
+
+
+def test_block_verification_is_selectable_and_greedy_identical(tmp_path, capsys):
+    config = generate_config.get_config("tiny,draft=bigram,accept=block")
+    assert config.accept == "block"
+    result = generate_mode.run(config, str(tmp_path))
+    assert result["accept"] == "block" and result["greedy_identical"] is True
+    assert "gamma=4, block" in capsys.readouterr().out
+
+
+def test_accept_rule_names():
+    assert generate_config.get_config("").accept == "tokenwise"
+    assert accept_rule("tokenwise") is speculative_accept
+    assert accept_rule(" block ") is block_accept
+    with pytest.raises(ValueError, match=r"unknown acceptance rule 'blocky'.*'block', 'tokenwise'"):
+        accept_rule("blocky")
+    with pytest.raises(ValueError, match="takes no arguments"):
+        accept_rule("block:0.5")
+
+
+@pytest.mark.parametrize(
+    "field, value, match",
+    [("accept", "lenient", "unknown acceptance rule"), ("tree", "2/1", "verified by tree_accept")],
+)
+def test_bad_accept_raises_before_building_models(tmp_path, field, value, match):
+    config = generate_config.get_config("tiny,accept=block")
+    config[field] = value
+    with pytest.raises(ValueError, match=match):
+        generate_mode.run(config, str(tmp_path))
 
 
 def test_run_in_process_autoregressive_only(tmp_path):

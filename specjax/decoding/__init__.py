@@ -13,12 +13,14 @@ The seams (see each module's docstring):
     call by `TreeSpeculativeDecoder`, drafted by a model (`TreeDrafter`) or by prompt lookup
     (`lookup_tree.py`: `LookupTreeDrafter`); `tree_search.py`: Sequoia's optimal tree for a
     measured acceptance-by-rank vector (`optimal_tree`, `expected_accepted`).
-  * `acceptance.py`: the verification rule, a static `accept=` field of `SpeculativeDecoder`.
+  * `acceptance.py`: the verification rule, a static `accept=` field of `SpeculativeDecoder`;
+    `block.py`: block verification (`block_accept`), a drop-in rule that keeps more drafts.
   * `sampling.py`: warpers (temperature, top-k, top-p), one shared by target and draft.
 """
 
 from specjax.decoding.acceptance import residual_distribution, speculative_accept
 from specjax.decoding.autoregressive import AutoregressiveDecoder
+from specjax.decoding.block import block_accept
 from specjax.decoding.drafters import (
     Drafter,
     LookupDrafter,
@@ -74,6 +76,7 @@ __all__ = [
     "TreeSpeculativeDecoder",
     "Verdict",
     "Warper",
+    "block_accept",
     "expected_accepted",
     "generate",
     "hardware_aware_tree",

@@ -19,7 +19,9 @@ zero, so the residual formula gives p itself).
 Everything is static-shaped and branch-free: acceptance is a mask, the rejection position an index,
 so the function jits once per (batch, γ, vocab) and runs inside `lax.while_loop`. The decoders
 take the rule as a static field (`SpeculativeDecoder(..., accept=speculative_accept)`), so any
-function with this signature and return is a drop-in verifier.
+function with this signature and return is a drop-in verifier. `block_accept` (block verification,
+in block.py, importable from here too) is one: lossless, and never fewer accepted drafts in
+expectation.
 """
 
 from __future__ import annotations
@@ -159,3 +161,13 @@ def speculative_accept(
         positions < n, drafted, jnp.where(positions == n, next_token[:, None], fill_value)
     )
     return tokens.astype(jnp.int32), num_accepted.astype(jnp.int32)
+
+
+def __getattr__(name: str):
+    # `from specjax.decoding.acceptance import block_accept`: block.py builds on this module's
+    # helpers, so it is imported on first use rather than at the top (no import cycle).
+    if name == "block_accept":
+        from specjax.decoding.block import block_accept
+
+        return block_accept
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

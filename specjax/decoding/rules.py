@@ -1,0 +1,93 @@
+"""Acceptance rules by name, for configs and command lines: `accept_rule("block")`.
+
+A rule is a function with `speculative_accept`'s signature and return, which a decoder takes as
+its static `accept` field. A name is "NAME" or "NAME:ARGS", ARGS separated by "," or "/" (the
+slash fits inside a comma-separated config string, `--config=...:accept=typical:0.09/0.3`). The
+registry is a dict of small factories, so a new rule is one entry (the lossy contrasts
+"lenient:0.5" and "typical:0.09,0.3" of `specjax.decoding.lossy` are two); an unknown name or
+a wrong argument count raises a ValueError that lists the names; a bad value names the argument.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from specjax.decoding import lossy
+from specjax.decoding.acceptance import speculative_accept
+from specjax.decoding.block import block_accept
+
+
+def _no_args(rule: Callable) -> Callable[..., Callable]:
+    def factory(*args: float) -> Callable:
+        if args:
+            raise ValueError(f"takes no arguments; got {list(args)}")
+        return rule
+
+    return factory
+
+
+@dataclasses.dataclass(frozen=True)
+class BoundRule:
+    """A rule with its keyword knobs bound; equal and hashable by value, so a decoder holding it
+    as a static field compiles once per setting (a functools.partial would compare by identity)."""
+
+    rule: Callable
+    knobs: tuple[tuple[str, float], ...]
+
+    def __call__(self, *args, **kwargs):
+        return self.rule(*args, **dict(self.knobs), **kwargs)
+
+    @property
+    def __name__(self) -> str:
+        knobs = ", ".join(f"{k}={v:g}" for k, v in self.knobs)
+        return f"{self.rule.__name__}({knobs})"
+
+
+def _lenient(*args: float) -> Callable:
+    if len(args) != 1:
+        raise ValueError(f"takes one argument, lenience in (0, 1]; got {list(args)}")
+    lossy._check_unit("lenience", args[0])
+    return BoundRule(lossy.lenient_accept, (("lenience", float(args[0])),))
+
+
+def _typical(*args: float) -> Callable:
+    if len(args) not in (0, 2):
+        raise ValueError(
+            f"takes two arguments, epsilon and delta (e.g. 0.09,0.3); got {list(args)}"
+        )
+    epsilon, delta = args or (0.09, 0.3)
+    lossy._check_unit("epsilon", epsilon)
+    lossy._check_unit("delta", delta)
+    return BoundRule(lossy.typical_accept, (("epsilon", float(epsilon)), ("delta", float(delta))))
+
+
+# name -> factory(*float args) -> the rule. Factories raise ValueError on bad arguments.
+RULES: dict[str, Callable[..., Callable]] = {
+    # Leviathan et al. 2023, Algorithm 1: accept in order until the first rejection.
+    "tokenwise": _no_args(speculative_accept),
+    # Sun et al. 2024 (block verification): lossless, never fewer accepted drafts in expectation.
+    "block": _no_args(block_accept),
+    # LOSSY, for contrast (specjax.decoding.lossy): Leviathan et al. 2023 App. A.5, "lenient:L",
+    # and Medusa's typical acceptance, "typical:EPSILON,DELTA" (Medusa runs 0.09,0.3).
+    "lenient": _lenient,
+    "typical": _typical,
+}
+
+
+def accept_rule(spec: str) -> Callable:
+    """The acceptance rule named by `spec` ("tokenwise", "block", "NAME:ARG,ARG").
+
+    Raises:
+      ValueError: an unknown name (the message lists the known ones), or arguments the rule
+        does not take.
+    """
+    name, _, args = str(spec).strip().partition(":")
+    factory = RULES.get(name.strip())
+    if factory is None:
+        raise ValueError(f"unknown acceptance rule {spec!r}; known rules: {sorted(RULES)}")
+    try:
+        values = [float(a) for a in args.replace("/", ",").split(",") if a.strip()]
+        return factory(*values)
+    except ValueError as error:
+        raise ValueError(f"acceptance rule {spec!r}: {error}") from error

@@ -1,0 +1,40 @@
+"""Is my acceptance rule lossless? A calibrated statistical test kit (issue #18).
+
+    from specjax import testing
+    report = testing.check_acceptance_rule(my_accept, vocab=5, gammas=(1, 4), draws=2**20)
+    print(report)   # per case: statistic, dof, p-value, threshold, verdict; false-failure rate
+
+`testing.calibrate()` runs the kit on the library's rules (must pass) and on bundled biased
+rules (must fail) and prints the table. Modules: `kit` (the checks and reports), `law` (exact
+laws of chained calls by enumeration on tiny vocabularies), `sampler` (JAX sampler of chained
+calls, chi-square checks), `stats` (pooled Pearson chi-square, p-values without scipy), `biased`
+(the biased rules). Needs no scipy.
+"""
+
+from specjax.testing import biased, law, sampler, stats
+from specjax.testing.kit import (
+    KINDS,
+    Calibration,
+    CheckResult,
+    Report,
+    calibrate,
+    check_acceptance_rule,
+)
+from specjax.testing.stats import PVALUE_THRESHOLD, Chi2, chi2_sf, pooled_chi2
+
+__all__ = [
+    "KINDS",
+    "PVALUE_THRESHOLD",
+    "Calibration",
+    "CheckResult",
+    "Chi2",
+    "Report",
+    "biased",
+    "calibrate",
+    "check_acceptance_rule",
+    "chi2_sf",
+    "law",
+    "pooled_chi2",
+    "sampler",
+    "stats",
+]
