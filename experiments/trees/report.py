@@ -1,0 +1,162 @@
+"""Tables and the chain-vs-tree verdict of a trees run, from its results.json.
+
+python -m experiments.trees.report runs/trees      # rewrites runs/trees/results.md
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def _x(v) -> str:
+    return "—" if v is None else f"{v:.2f}×"
+
+
+def cost_table(results: dict) -> str:
+    """T(N) of a chain and of each tree shape of N nodes, and the tree mask's extra cost."""
+    costs = results["costs"]
+    t_chain = {int(k): v for k, v in costs["t_chain"].items()}
+    by_n = {}
+    for name, info in results["trees"].items():
+        by_n.setdefault(len(info["parents"]), []).append((name, costs["t_tree"][name]))
+    lines = [
+        "| N | T_chain(N) ms | T(N)/T(1) | tree shapes: T_tree(N) ms | tree / chain |",
+        "|---|---|---|---|---|",
+    ]
+    for n in sorted(t_chain):
+        trees = by_n.get(n, [])
+        shapes = ", ".join(f"{name} {v * 1e3:.3f}" for name, v in trees) or "—"
+        ratio = ", ".join(f"{v / t_chain[n]:.2f}" for _, v in trees) or "—"
+        lines.append(
+            f"| {n} | {t_chain[n] * 1e3:.3f} | {t_chain[n] / t_chain[1]:.2f} | {shapes} | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def rows_table(rows: list) -> str:
+    """One line per decoder: shape, tokens per call, speedups, costs per iteration."""
+    lines = [
+        "| decoder | N | depth | rule | nodes/depth | tok/call | speedup wall | speedup CPU "
+        "| model calls | ms/token | iteration ms | T(N) ms | draft ms | overhead ms "
+        "| greedy = AR |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        name = r["name"] + (f" (= {', '.join(r['aliases'])})" if r.get("aliases") else "")
+        same = {None: "", True: "✓", False: "✗"}[r.get("matches_ar")]
+        lines.append(
+            f"| {name} | {r['nodes']} | {r.get('depth', r.get('gamma', 0))} | {r.get('rule', '')} "
+            f"| {r.get('shape', '')} | {r['tokens_per_call']:.2f} | {r['speedup_wall']:.2f}× "
+            f"| {r['speedup_cpu']:.2f}× | {_x(r['predicted_speedup_calls'])} "
+            f"| {r['wall_ms_per_token']:.3f} | {r['iteration_ms']:.3f} | {r['t_verify_ms']:.3f} "
+            f"| {r['t_draft_ms']:.3f} | {r['overhead_ms']:.3f} | {same} |"
+        )
+    return "\n".join(lines)
+
+
+def verdict(rows: list) -> dict:
+    """Best chain vs best tree, by walltime speedup and by tokens per target call."""
+    chains = [r for r in rows if r["kind"] == "chain"]
+    # Chains run as trees are controls of the tree machinery, not trees that could win.
+    trees = [r for r in rows if r["kind"] == "tree" and not r.get("control")]
+    out = {}
+    if not chains or not trees:
+        return out
+    for key in ("speedup_wall", "speedup_cpu", "tokens_per_call"):
+        c = max(chains, key=lambda r: r[key])
+        t = max(trees, key=lambda r: r[key])
+        out[key] = {"chain": c["name"], "tree": t["name"], "ratio": t[key] / c[key]}
+    out["trees_beating_best_chain"] = [
+        r["name"] for r in trees if r["speedup_wall"] > max(c["speedup_wall"] for c in chains)
+    ]
+    pairs = {}
+    for r in trees:
+        if r.get("rule") in ("with", "without"):
+            pairs.setdefault(r["tree"], {})[r["rule"]] = r
+    both = [p for p in pairs.values() if len(p) == 2]
+    out["without_beats_with_tokens"] = sum(
+        p["without"]["tokens_per_call"] > p["with"]["tokens_per_call"] for p in both
+    )
+    out["rule_pairs"] = len(both)
+    return out
+
+
+def _why(rows: list, v: dict) -> str:
+    """The cost decomposition of the best chain and the best tree (by walltime)."""
+    by = {r["name"]: r for r in rows}
+    c, t = by[v["speedup_wall"]["chain"]], by[v["speedup_wall"]["tree"]]
+    tk = by[v["tokens_per_call"]["tree"]]
+    ar = by["ar"]
+    lines = [
+        f"- Best chain {c['name']}: {c['tokens_per_call']:.2f} tokens/call, "
+        f"{c['speedup_wall']:.2f}× (CPU time {c['speedup_cpu']:.2f}×). Best tree {t['name']} "
+        f"(N={t['nodes']}, depth {t['depth']}): {t['tokens_per_call']:.2f} tokens/call, "
+        f"{t['speedup_wall']:.2f}× (CPU {t['speedup_cpu']:.2f}×): "
+        f"**{v['speedup_wall']['ratio']:.2f}** of the best chain's walltime speedup.",
+        f"- Most tokens per call: {tk['name']} {tk['tokens_per_call']:.2f} vs the best chain's "
+        f"{max(r['tokens_per_call'] for r in rows if r['kind'] == 'chain'):.2f} "
+        f"(×{v['tokens_per_call']['ratio']:.2f}), at {tk['speedup_wall']:.2f}×.",
+        "- Per iteration (ms): "
+        + "; ".join(
+            f"{r['name']}: measured {r['iteration_ms']:.3f} = T(N) {r['t_verify_ms']:.3f} + draft "
+            f"{r['t_draft_ms']:.3f} + overhead {r['overhead_ms']:.3f}"
+            for r in dict.fromkeys((ar["name"], c["name"], t["name"], tk["name"]))
+            for r in [by[r]]
+        ),
+        "- Trees faster than the best chain: "
+        f"{', '.join(v['trees_beating_best_chain']) or 'none'}.",
+    ]
+    if v.get("rule_pairs"):
+        lines.append(
+            f"- Without replacement gives more tokens/call than with replacement for "
+            f"{v['without_beats_with_tokens']} of {v['rule_pairs']} trees."
+        )
+    return "\n".join(lines)
+
+
+def format_all(results: dict) -> str:
+    """The markdown report: setup, T(N), one table per draft and temperature, the verdict."""
+    host = results.get("host", {})
+    cfg = results["config"]
+    out = [
+        f"# Token trees vs chains: {results['target']['name']} "
+        f"({results['target']['params']:,} params)",
+        "",
+        f"Device {results['device']}, {host.get('cpus')} CPUs, load average "
+        f"{_load(host.get('loadavg_start'))} at start, {_load(host.get('loadavg_end'))} at end; "
+        f"{cfg['walltime_prompts']} timed prompts × {cfg['max_new_tokens']} tokens, batch 1, "
+        f"medians of {cfg['repeats']} round-robin rounds; tokens/call on "
+        f"{cfg['stats_prompts']} further prompts. Run took {results['seconds']:.0f} s.",
+        "",
+        "## Verification cost T(N): one target call scoring N tokens (chain) or N tree nodes",
+        "",
+        cost_table(results),
+        "",
+    ]
+    for key, rows in results["walltime"].items():
+        t, draft = key.split("/", 1)
+        out += [f"## {draft}, {t.replace('t', 't = ')}", "", rows_table(rows), ""]
+        v = verdict(rows)
+        if v:
+            out += [_why(rows, v), ""]
+    return "\n".join(out)
+
+
+def _load(value) -> str:
+    return "?" if not value else "/".join(f"{x:.1f}" for x in value)
+
+
+def main(argv):
+    workdir = argv[1] if len(argv) > 1 else "runs/trees"
+    with open(os.path.join(workdir, "results.json"), encoding="utf-8") as f:
+        results = json.load(f)
+    text = format_all(results)
+    with open(os.path.join(workdir, "results.md"), "w", encoding="utf-8") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
