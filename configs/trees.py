@@ -94,9 +94,11 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
     config.stats_prompts = 2 if tiny else 16
     config.cache_len = 64 if tiny else 256
 
-    # T(N): calls per timed device loop, cached context before the call, timed loops.
+    # T(N): calls per timed device loop, cached context before the call, timed loops per
+    # round, and rounds (every T is measured once per round: round-robin against drift).
     config.cost_steps = 2 if tiny else 64
     config.cost_context = 16 if tiny else 64
-    config.cost_repeats = 1 if tiny else 5
+    config.cost_repeats = 1 if tiny else 3
+    config.cost_rounds = 1 if tiny else 5
     config.seed = 0
     return config
