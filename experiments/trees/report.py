@@ -15,22 +15,34 @@ def _x(v) -> str:
 
 
 def cost_table(results: dict) -> str:
-    """T(N) of a chain and of each tree shape of N nodes, and the tree mask's extra cost."""
+    """T(N) of a chain and of each tree shape of N nodes, and the tree mask's extra cost.
+
+    Medians of the pooled samples, and beside them the fastest sample (least disturbed by
+    other processes), when the run recorded it.
+    """
     costs = results["costs"]
     t_chain = {int(k): v for k, v in costs["t_chain"].items()}
+    low = costs.get("min", {})
     by_n = {}
     for name, info in results["trees"].items():
-        by_n.setdefault(len(info["parents"]), []).append((name, costs["t_tree"][name]))
+        by_n.setdefault(len(info["parents"]), []).append(name)
     lines = [
-        "| N | T_chain(N) ms | T(N)/T(1) | tree shapes: T_tree(N) ms | tree / chain |",
-        "|---|---|---|---|---|",
+        "| N | T_chain(N) ms | T(N)/T(1) | fastest: T_chain(N) ms, T(N)/T(1) "
+        "| trees: T_tree(N) ms | tree / chain | fastest: tree / chain |",
+        "|---|---|---|---|---|---|---|",
     ]
     for n in sorted(t_chain):
         trees = by_n.get(n, [])
-        shapes = ", ".join(f"{name} {v * 1e3:.3f}" for name, v in trees) or "—"
-        ratio = ", ".join(f"{v / t_chain[n]:.2f}" for _, v in trees) or "—"
+        shapes = ", ".join(f"{t} {costs['t_tree'][t] * 1e3:.3f}" for t in trees) or "—"
+        ratio = ", ".join(f"{costs['t_tree'][t] / t_chain[n]:.2f}" for t in trees) or "—"
+        c_min, c1_min = low.get(f"t_chain/{n}"), low.get("t_chain/1")
+        fast = "—" if c_min is None else f"{c_min * 1e3:.3f}, {c_min / c1_min:.2f}"
+        fast_ratio = "—"
+        if c_min is not None and trees:
+            fast_ratio = ", ".join(f"{low[f't_tree/{t}'] / c_min:.2f}" for t in trees)
         lines.append(
-            f"| {n} | {t_chain[n] * 1e3:.3f} | {t_chain[n] / t_chain[1]:.2f} | {shapes} | {ratio} |"
+            f"| {n} | {t_chain[n] * 1e3:.3f} | {t_chain[n] / t_chain[1]:.2f} | {fast} "
+            f"| {shapes} | {ratio} | {fast_ratio} |"
         )
     return "\n".join(lines)
 
