@@ -179,14 +179,64 @@ def _load(value) -> str:
     return "?" if not value else "/".join(f"{x:.1f}" for x in value)
 
 
+def compare_runs(runs: dict) -> str:
+    """Speedups of the same decoders in several runs (same config), one table per temperature.
+
+    Tokens per call are deterministic (same prompts, same key), so only the timings differ
+    between runs: the spread across runs is the measurement's noise.
+
+    Args:
+      runs: label -> results dict.
+    """
+    labels = list(runs)
+    first = runs[labels[0]]
+    out = []
+    for key in first["walltime"]:
+        per_run = {
+            label: {r["name"]: r for r in runs[label]["walltime"].get(key, [])} for label in labels
+        }
+        for rows in per_run.values():
+            if rows:
+                add_min_speedup(list(rows.values()))
+        head = " | ".join(f"wall {lb} | min {lb} | CPU {lb}" for lb in labels)
+        out += [
+            f"### {key.split('/', 1)[1]}, {key.split('/')[0].replace('t', 't = ')}",
+            "",
+            f"| decoder | N | depth | tok/call | {head} |",
+            "|---|---|---|---|" + "---|" * (3 * len(labels)),
+        ]
+        for name, r in per_run[labels[0]].items():
+            cells = []
+            for label in labels:
+                x = per_run[label].get(name)
+                if x is None:
+                    cells.append("— | — | —")
+                    continue
+                keys = ("speedup_wall", "speedup_min", "speedup_cpu")
+                cells.append(" | ".join(f"{x[k]:.2f}×" for k in keys))
+            depth = r.get("depth", r.get("gamma", 0))
+            out.append(
+                f"| {name} | {r['nodes']} | {depth} | {r['tokens_per_call']:.2f} | "
+                + " | ".join(cells)
+                + " |"
+            )
+        out.append("")
+    return "\n".join(out)
+
+
 def main(argv):
-    workdir = argv[1] if len(argv) > 1 else "runs/trees"
-    with open(os.path.join(workdir, "results.json"), encoding="utf-8") as f:
-        results = json.load(f)
-    text = format_all(results)
-    with open(os.path.join(workdir, "results.md"), "w", encoding="utf-8") as f:
-        f.write(text)
-    print(text)
+    workdirs = argv[1:] or ["runs/trees"]
+    runs = {}
+    for workdir in workdirs:
+        with open(os.path.join(workdir, "results.json"), encoding="utf-8") as f:
+            runs[os.path.basename(os.path.normpath(workdir))] = results = json.load(f)
+        text = format_all(results)
+        with open(os.path.join(workdir, "results.md"), "w", encoding="utf-8") as f:
+            f.write(text)
+        if len(workdirs) == 1:
+            print(text)
+    if len(workdirs) > 1:
+        print(compare_runs(runs))
 
 
 if __name__ == "__main__":
