@@ -25,6 +25,7 @@ MODES = {
     "generate": "experiments.generate",
     "train": "experiments.train",
     "leviathan2023": "experiments.leviathan2023.pipeline",
+    "trees": "experiments.trees.pipeline",
 }
 
 FLAGS = flags.FLAGS

@@ -6,6 +6,7 @@
     python scripts/bench_decoding.py --draft=bigram
     python scripts/bench_decoding.py --compare_xla_flag       # with vs without the XLA:CPU flag
     python scripts/bench_decoding.py --accept=block --temperature=1   # block verification
+    python scripts/bench_decoding.py --tree=3,2,1 --tree_rule=without   # + a token tree
 
 Random weights, greedy, batch 1 by default, one run: the decoders and every part are timed
 round-robin (machine drift hits all alike), medians over --repeats after a warm-up round that
@@ -25,6 +26,12 @@ waiting for a core, which hurts second-long loops more than millisecond parts. P
     specjax.configure_cpu(), which sets --xla_cpu_copy_insertion_use_region_analysis=true
     unless SPECJAX_NO_XLA_FLAGS=1;
     --compare_xla_flag runs this script twice in subprocesses, with and without it.
+
+With --tree (TokenTree.parse: "3,2,1" children per depth, or "-1,0,0,1" parents), a
+TreeSpeculativeDecoder with the same draft runs beside the two: its ms/token, speedup, tokens per
+iteration, its tree verification (N nodes under the tree mask) as a part, its loop step, and the
+cache-sized copies of its compiled loop. --tree_rule picks the sibling rule at temperature > 0
+(at 0 children are the draft's top-k, which both rules verify alike).
 
 Draft choices (random weights have no knowledge, so alpha comes from the construction):
   transformer   an independent random model (--draft_* sizes): alpha near chance
@@ -75,6 +82,12 @@ _INNER = flags.DEFINE_integer("inner", 16, "Calls per device loop when timing pa
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of weights, prompts and sampling.")
 _COMPARE = flags.DEFINE_bool(
     "compare_xla_flag", False, "Run twice in subprocesses: with and without the XLA:CPU flag."
+)
+_TREE = flags.DEFINE_string(
+    "tree", None, 'Also benchmark a token tree: "3,2,1" (children per depth) or a parents list.'
+)
+_TREE_RULE = flags.DEFINE_enum(
+    "tree_rule", "without", ["without", "with"], "Tree siblings drawn without/with replacement."
 )
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Also write every figure to this JSON file.")
 
@@ -188,6 +201,20 @@ def measure() -> dict:
     spec = speculative.SpeculativeDecoder(
         target, draft, gamma, warper, cache_len=cache_len, accept=accept_rule(_ACCEPT.value)
     )
+    tree = tree_dec = None
+    if _TREE.value:
+        from specjax.decoding.tree import TokenTree, tree_inputs
+        from specjax.decoding.tree_decoder import TreeSpeculativeDecoder
+
+        tree = TokenTree.parse(_TREE.value)
+        tree_dec = TreeSpeculativeDecoder(
+            target,
+            draft,
+            tree,
+            warper,
+            replacement=_TREE_RULE.value == "with",
+            cache_len=cache_len,
+        )
 
     ar_result = ar.generate(tp, prompts, key, new)
     spec_result = spec.generate(tp, dp, prompts, key, new)
@@ -241,6 +268,22 @@ def measure() -> dict:
         out, n = spec.accept(jax.random.fold_in(key, i), (drafted + i) % vocab, q, p)
         return state, (out.sum() + n.sum()).astype(jnp.float32)
 
+    if tree is not None:
+        num_nodes = tree.num_nodes
+        tok_tree = jnp.resize(tokens[0], (batch, num_nodes)).astype(jnp.int32)  # [batch, N]
+
+        def tree_verify_part(state, i):
+            positions, mask = tree_inputs(tree, state.lengths, cache_len)
+            logits, new_state = target.apply(
+                tp,
+                state,
+                (tok_tree + i) % vocab,
+                ones * num_nodes,
+                positions=positions,
+                mask=mask,
+            )
+            return new_state.replace(lengths=state.lengths), warper.probs(logits)[:, -1, 0]
+
     parts = {
         "draft_1tok": (draft_part(tok1, ones), d_state),
         "draft_2tok": (draft_part(tok2, ones * 2), d_state),
@@ -248,6 +291,8 @@ def measure() -> dict:
         "accept": (accept_part, jnp.zeros(())),
         "ar_step": (ar_part, t_state),
     }
+    if tree is not None:
+        parts["tree_verify"] = (tree_verify_part, t_state)
 
     def dispatched(part, state):
         fn = jax.jit(lambda s: part(s, 0))
@@ -272,6 +317,30 @@ def measure() -> dict:
         "ar_full_step": lambda: loop.step_jit(ar, (tp,), s_ar),
         "spec_full_step": lambda: loop.step_jit(spec, (tp, dp), s_spec),
     }
+    tree_figures = None
+    if tree is not None:
+        tree_result = tree_dec.generate(tp, dp, prompts, key, new)
+        tree_summary = tree_result.summary()
+        s_tree = loop.init_jit(tree_dec, (tp, dp), tokens, lengths, key, new, -1)
+        calls["tree_loop"] = lambda: tree_dec.generate(tp, dp, prompts, key, new).tokens
+        calls["tree_full_step"] = lambda: loop.step_jit(tree_dec, (tp, dp), s_tree)
+        tree_figures = {
+            "tree": _TREE.value,
+            "parents": list(tree.parents),
+            "nodes": tree.num_nodes,
+            "depth": tree.max_depth,
+            "rule": _TREE_RULE.value,
+            "tokens_per_iteration": tree_summary["tokens_per_iteration"],
+            "iterations": int(tree_result.stats.target_calls),
+            "emitted": tree_summary["tokens_emitted"],
+            "accepted_depth_histogram": tree_summary.get("accepted_depth_histogram"),
+            "greedy_identical": (
+                [a.tolist() for a in ar_result.new_tokens()]
+                == [s.tolist() for s in tree_result.new_tokens()]
+            )
+            if warper.is_greedy
+            else None,
+        }
     for name, (part, state) in parts.items():
         calls[name] = dispatched(part, state)
         calls[f"{name}_dev{inner}"] = in_device(part, state)
@@ -299,6 +368,7 @@ def measure() -> dict:
         "ar_steps": steps,
         "greedy_identical": same if warper.is_greedy else None,
         "timings": timed,
+        "tree": tree_figures,
     }
     for clock in ("wall", "cpu"):
         t = {n: v[clock] for n, v in timed.items()}
@@ -327,6 +397,10 @@ def measure() -> dict:
             "ar_sum_full_steps_ms": (t["target_prefill"] + steps * t["ar_full_step"]) * 1e3,
         }
         f["speedup"] = f["ar_ms_per_token"] / f["spec_ms_per_token"]
+        if tree is not None:
+            f["tree_ms_per_token"] = t["tree_loop"] * 1e3 / tree_figures["emitted"]
+            f["tree_speedup"] = f["ar_ms_per_token"] / f["tree_ms_per_token"]
+            f["full_step_ms"]["tree"] = t["tree_full_step"] * 1e3
         for name in ("spec", "ar"):
             for how in ("dispatched", "in_device", "full_steps"):
                 f[f"{name}_overhead_vs_{how}"] = (
@@ -348,6 +422,12 @@ def measure() -> dict:
         .compile()
         .as_text(),
     }
+    if tree is not None:
+        hlo["tree_loop"] = (
+            loop.generate_jit.lower(tree_dec, (tp, dp), tokens, lengths, key, new, -1)
+            .compile()
+            .as_text()
+        )
     figures["hlo_cache_copies"] = {
         f"{program}/{model}": count_cache_copies(text, shape)
         for program, text in hlo.items()
@@ -389,6 +469,14 @@ def report(figures: dict) -> str:
         f"identical: {figures['greedy_identical']}; wall-time spread (p90-p10)/median: AR "
         f"{timed['ar_loop']['spread']:.0%}, speculative {timed['spec_loop']['spread']:.0%}",
     ]
+    tf = figures.get("tree")
+    if tf:
+        lines.append(
+            f"tree {tf['tree']} ({tf['nodes']} nodes, depth {tf['depth']}, siblings "
+            f"{tf['rule']} replacement): tokens/iteration {tf['tokens_per_iteration']:.3f}; "
+            f"{tf['iterations']} iterations; greedy identical: {tf['greedy_identical']}; "
+            f"wall-time spread {timed['tree_loop']['spread']:.0%}"
+        )
     for clock in ("wall", "cpu"):
         f = figures[clock]
         d, e = f["parts_dispatched_ms"], f["parts_in_device_ms"]
@@ -399,6 +487,14 @@ def report(figures: dict) -> str:
             f"autoregressive  {f['ar_ms_per_token']:8.3f} ms/token",
             f"speculative     {f['spec_ms_per_token']:8.3f} ms/token",
             f"speedup (AR / speculative): {f['speedup']:.3f}x",
+            *(
+                [
+                    f"tree            {f['tree_ms_per_token']:8.3f} ms/token",
+                    f"speedup (AR / tree): {f['tree_speedup']:.3f}x",
+                ]
+                if tf
+                else []
+            ),
             "part (ms)                dispatched  in-device",
             f"  target prefill        {f['prefill_ms']['target']:10.3f}          -",
             f"  draft prefill         {f['prefill_ms']['draft']:10.3f}          -",
@@ -409,6 +505,15 @@ def report(figures: dict) -> str:
             f"  AR one-token step     {d['ar_step']:10.3f}  {e['ar_step']:9.3f}",
             f"  AR loop step          {f['full_step_ms']['ar']:10.3f}          -",
             f"  spec loop step        {f['full_step_ms']['spec']:10.3f}          -",
+            *(
+                [
+                    f"  tree verify, {tf['nodes']:2d} nodes {d['tree_verify']:10.3f}  "
+                    f"{e['tree_verify']:9.3f}",
+                    f"  tree loop step        {f['full_step_ms']['tree']:10.3f}          -",
+                ]
+                if tf
+                else []
+            ),
             "loop overhead: generate() vs the sum of its parts timed alone",
             *(_overhead_line(f, name) for name in ("spec", "ar")),
         ]

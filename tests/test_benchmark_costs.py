@@ -48,3 +48,31 @@ def test_iteration_cost_rejects_prompts_that_do_not_fit():
     ar = ar_decoder(SAMPLING)
     with pytest.raises(ValueError, match="cache_len"):
         costs.iteration_cost(ar, (target_params(),), [np.zeros(70, np.int32)], steps=2)
+
+
+def test_tree_call_scores_a_chain_tree_like_a_chain_call():
+    from decoding_setup import TARGET
+
+    from specjax.decoding.tree import TokenTree
+
+    params = target_params()
+    state = costs.prefilled_state(TARGET, params, 1, 8, 32)
+    tokens = jax.numpy.arange(4, dtype=jax.numpy.int32)[None, :]  # [1, 4]
+    chain, _ = costs._repeat_calls(TARGET, params, state, tokens, 3)
+    as_tree, _ = costs._repeat_calls(TARGET, params, state, tokens, 3, TokenTree.chain(3))
+    np.testing.assert_allclose(as_tree, chain, rtol=1e-5)
+    # A wide tree's nodes see only the root: other logits than the chain's.
+    wide, _ = costs._repeat_calls(TARGET, params, state, tokens, 3, TokenTree.from_branching((3,)))
+    assert not np.allclose(wide, chain, rtol=1e-5)
+    timing = costs.tree_call_cost(
+        TARGET,
+        params,
+        TokenTree.from_branching((2, 1)),
+        context=8,
+        cache_len=32,
+        steps=2,
+        repeats=2,
+    )
+    assert timing.median > 0 and len(timing.samples) == 2
+    with pytest.raises(ValueError, match="cache_len"):
+        costs.tree_call_cost(TARGET, params, TokenTree.chain(3), context=30, cache_len=32)

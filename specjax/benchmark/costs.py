@@ -16,17 +16,28 @@ import jax.numpy as jnp
 
 from specjax.benchmark.timing import Timing, time_call
 from specjax.decoding import loop
+from specjax.decoding.tree import tree_inputs
 
 
-@functools.partial(jax.jit, static_argnums=(0, 4))
-def _repeat_calls(model, params, state, tokens, steps):
-    """Runs `steps` forward calls of tokens [batch, k] from the same cache position."""
+@functools.partial(jax.jit, static_argnums=(0, 4, 5))
+def _repeat_calls(model, params, state, tokens, steps, tree=None):
+    """Runs `steps` forward calls of tokens [batch, k] from the same cache position.
+
+    With a `tree` (k = tree.num_nodes), each call scores the nodes with the tree's positions and
+    ancestor mask (`tree_inputs`, the root at the current length), as a tree verification does.
+    """
     num_new = jnp.full((tokens.shape[0],), tokens.shape[1], jnp.int32)
     start = state.lengths
+    inputs = {}
+    if tree is not None:
+        max_len = jax.tree.leaves(state)[0].shape[1]  # cache slots per row
+        positions, mask = tree_inputs(tree, start, max_len)
+        inputs = dict(positions=positions, mask=mask)
 
     def body(i, carry):
         state, acc = carry
-        logits, new_state = model.apply(params, state, (tokens + i) % model.vocab_size, num_new)
+        toks = (tokens + i) % model.vocab_size
+        logits, new_state = model.apply(params, state, toks, num_new, **inputs)
         # Consume the logits so the call is not dead code; roll back to the same position.
         return new_state.replace(lengths=start), acc + logits[:, -1, 0].sum()
 
@@ -76,6 +87,45 @@ def call_cost(
     state = prefilled_state(model, params, batch, context, cache_len)
     tokens = jnp.zeros((batch, k), jnp.int32)
     t = time_call(lambda: _repeat_calls(model, params, state, tokens, steps), repeats=repeats)
+    return Timing(t.median / steps, tuple(s / steps for s in t.samples))
+
+
+def tree_call_cost(
+    model,
+    params,
+    tree,
+    *,
+    batch: int = 1,
+    context: int = 64,
+    cache_len: int = 512,
+    steps: int = 16,
+    repeats: int = 5,
+) -> Timing:
+    """Seconds per target call verifying a token tree: T(N) for N = tree.num_nodes (median).
+
+    The same in-loop measurement as `call_cost` with k = N, except that the N tokens are the
+    tree's nodes: node i at position context + depth(i), attending to the cached context and
+    to its own ancestors (SpecInfer's tree mask, `tree_inputs`). `tree_call_cost(m, p, tree)`
+    over `call_cost(m, p, tree.num_nodes)` is what the tree mask adds to a chain of equal width.
+
+    Args:
+      model: a specjax model that takes `positions` and `mask` (every model kind does).
+      params: its parameters.
+      tree: a `TokenTree`.
+      batch, context, cache_len, steps, repeats: as for `call_cost`.
+
+    Returns:
+      Timing whose median is seconds per single call.
+    """
+    n = tree.num_nodes
+    if context < 1 or context + n > cache_len:
+        raise ValueError(
+            f"need 1 <= context and context + num_nodes <= cache_len; got num_nodes={n}, "
+            f"context={context}, cache_len={cache_len}"
+        )
+    state = prefilled_state(model, params, batch, context, cache_len)
+    tokens = jnp.zeros((batch, n), jnp.int32)
+    t = time_call(lambda: _repeat_calls(model, params, state, tokens, steps, tree), repeats=repeats)
     return Timing(t.median / steps, tuple(s / steps for s in t.samples))
 
 
