@@ -220,7 +220,8 @@ class TheoryGamma(_PastOnly):
     def from_costs(cls, t_target, t_draft: float, **kwargs) -> TheoryGamma:
         """From measured costs: t_target as `theory.cost_curve` takes it, t_draft in its unit."""
         curve = theory.cost_curve(t_target)
-        return cls(c=float(t_draft / curve[0]), target_costs=tuple(curve.tolist()), **kwargs)
+        relative = tuple((curve / curve[0]).tolist())  # T(1) = 1
+        return cls(c=float(t_draft / curve[0]), target_costs=relative, **kwargs)
 
     def _relative_costs(self, gamma_max: int) -> np.ndarray:
         """float64 [gamma_max] T(γ + 1) / T(1) + γ c for γ = 1..gamma_max."""
