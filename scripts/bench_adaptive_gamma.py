@@ -107,7 +107,7 @@ def main():
                     tokens_per_target_call=s["tokens_emitted"] / s["target_calls"],
                     draft_calls_per_token=s["draft_calls"] / s["tokens_emitted"],
                     alpha=s["alpha_empirical"],
-                    mean_gamma=s.get("mean_gamma", float(label[5:]) if "via" not in label else 0),
+                    mean_gamma=s["mean_gamma"] if "mean_gamma" in s else float(label[5:]),
                 )
                 rows.append(row)
                 if label.startswith("fixed") and "via" not in label:

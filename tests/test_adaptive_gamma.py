@@ -41,12 +41,14 @@ POLICIES = {
     "confidence": ConfidenceGamma(0.5),
     "theory": TheoryGamma(c=0.3),
 }
+# The draft steps as a `lax.while_loop` (the default for this cached draft: unrolled conds).
+WHILE_LOOP = ("theory",)
 
 
-def _decoder(policy) -> SpeculativeDecoder:
+def _decoder(policy, unroll=None) -> SpeculativeDecoder:
     draft, _ = drafts()["noisy_self"]
     return SpeculativeDecoder(
-        TARGET, draft, GAMMA, GREEDY, cache_len=CACHE_LEN, gamma_policy=policy
+        TARGET, draft, GAMMA, GREEDY, CACHE_LEN, unroll_draft=unroll, gamma_policy=policy
     )
 
 
@@ -61,7 +63,7 @@ def results():
     """name -> GenerationResult of greedy adaptive decoding of the ragged prompts."""
     _, draft_params = drafts()["noisy_self"]
     return {
-        name: _decoder(policy).generate(
+        name: _decoder(policy, False if name in WHILE_LOOP else None).generate(
             target_params(), draft_params, PROMPTS, jax.random.PRNGKey(0), MAX_NEW
         )
         for name, policy in POLICIES.items()

@@ -3,12 +3,14 @@
 `AdaptiveDrafter` is `ModelDrafter` with a `GammaPolicy` (`decoding/gamma_policy.py`, which
 also says why every policy keeps the output exact). Per iteration and per row:
   1. the policy's `budget` (from its per-row state: past iterations) caps the row's γ_t;
-  2. x_1 is drawn as `ModelDrafter` draws it (feeding the pending tokens), then a
-     `lax.while_loop` over draft steps k = 2..gamma_max feeds x_{k-1} and draws x_k for the rows
-     still drafting; a row stops at its budget or when `keep_drafting` says so after its last
-     drawn token (which it keeps); the loop ends as soon as every row has stopped, so a short
-     γ_t saves draft calls (counted in `Proposal.num_calls`). Stopped rows feed nothing (their
-     caches do not advance) and their later positions are zero padding;
+  2. x_1 is drawn as `ModelDrafter` draws it (feeding the pending tokens), then a loop over
+     draft steps k = 2..gamma_max feeds x_{k-1} and draws x_k for the rows still drafting; a
+     row stops at its budget or when `keep_drafting` says so after its last drawn token (which
+     it keeps); the loop ends as soon as every row has stopped, so a short γ_t saves draft
+     calls (counted in `Proposal.num_calls`). The loop is a `lax.while_loop`, or for a cached
+     draft the same steps unrolled as `lax.cond`s skipped once every row has stopped (a cache
+     carried through a while_loop is copied in every step on XLA:CPU). Stopped rows feed
+     nothing (their caches do not advance) and their later positions are zero padding;
   3. the proposal carries `num_drafted` [batch], so the acceptance rule verifies each row only
      up to its own γ_t and draws its extra token at γ_t + 1;
   4. `commit` rolls the model back as `ModelDrafter` does (a row that drafted d tokens has fed
@@ -86,12 +88,17 @@ class AdaptiveDrafter:
       warper: the sampling warper (the decoder's).
       policy: a γ policy (`decoding/gamma_policy.py`).
       gamma_max: the most tokens a row drafts (the decoder's `gamma`, a static shape).
+      unroll: draft steps as gamma_max - 1 unrolled `lax.cond`s, each skipped once every row
+        has stopped (True), or a `lax.while_loop` (False); None: unroll when the draft carries
+        a KV cache (XLA:CPU copies a cache carried through a loop in every step; see
+        `ModelDrafter.unroll`). Either way a step costs nothing once every row has stopped.
     """
 
     model: Any
     warper: Warper
     policy: GammaPolicy
     gamma_max: int
+    unroll: bool | None = None
 
     def __post_init__(self):
         check_gamma_max(self.gamma_max)
@@ -99,6 +106,12 @@ class AdaptiveDrafter:
     @property
     def vocab_size(self) -> int:
         return self.model.vocab_size
+
+    def unrolled(self, model_state) -> bool:
+        """Whether the draft steps are unrolled for this model state (see `unroll`)."""
+        if self.unroll is not None:
+            return bool(self.unroll)
+        return any(getattr(leaf, "ndim", 0) >= 3 for leaf in jax.tree.leaves(model_state))
 
     @property
     def base(self) -> ModelDrafter:
@@ -153,7 +166,13 @@ class AdaptiveDrafter:
             return k + 1, m_state, nxt, tokens, probs, count, drafting
 
         carry = (jnp.ones((), jnp.int32), m_state, x0, tokens, probs, count, drafting)
-        calls, m_state, _, tokens, probs, count, _ = jax.lax.while_loop(cond, body, carry)
+        if self.unrolled(m_state):
+            # The same loop unrolled: one `lax.cond` per step, each skipped once all stopped.
+            for _ in range(1, gamma):
+                carry = jax.lax.cond(jnp.any(carry[-1]), body, lambda c: c, carry)
+        else:
+            carry = jax.lax.while_loop(cond, body, carry)
+        calls, m_state, _, tokens, probs, count, _ = carry
         state = state.replace(model=m_state, num_drafted=count)
         return Proposal(tokens, probs, count, state, calls=gamma, num_calls=calls)
 

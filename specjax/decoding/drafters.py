@@ -35,7 +35,8 @@ Two future proposers checked against this protocol on paper before it was settle
 Drafters here: `ModelDrafter` (any specjax model, one token per call in a scan: today's draft
 loop) and `LookupDrafter` (copies the continuation of an earlier match of the sequence's suffix,
 up to gamma tokens at once, and drafts fewer, or none, when the match has no more: the
-`num_drafted` path of the acceptance rule).
+`num_drafted` path of the acceptance rule). `AdaptiveDrafter` (adaptive_drafter.py) is a
+`ModelDrafter` whose per-row γ a policy chooses (gamma_policy.py).
 """
 
 from __future__ import annotations

@@ -205,7 +205,8 @@ class SpeculativeDecoder(SpeculativeSteps):
       warper: applied to both models' logits (temperature 0 = greedy).
       cache_len: positions per row in caches and the output buffer.
       min_bucket: smallest padded prompt width.
-      unroll_draft: for a model draft, unroll its γ-step scan (see `ModelDrafter.unroll`).
+      unroll_draft: for a model draft, unroll its γ-step scan (see `ModelDrafter.unroll`, and
+        `AdaptiveDrafter.unroll` with a gamma_policy).
       accept: the acceptance rule, a function with `speculative_accept`'s signature and return
         (static: a different rule is a different program).
       gamma_policy: an adaptive-γ policy (`decoding/gamma_policy.py`) for a model draft: each
@@ -251,7 +252,9 @@ class SpeculativeDecoder(SpeculativeSteps):
         if is_drafter(self.draft):
             return self.draft
         if self.gamma_policy is not None:
-            return AdaptiveDrafter(self.draft, self.warper, self.gamma_policy, self.gamma)
+            return AdaptiveDrafter(
+                self.draft, self.warper, self.gamma_policy, self.gamma, self.unroll_draft
+            )
         return ModelDrafter(self.draft, self.warper, self.unroll_draft)
 
     @property
