@@ -180,9 +180,12 @@ class ConfidenceGamma(_PastOnly):
 class TheoryGamma(_PastOnly):
     """γ_t = argmax_γ of the measured-cost speedup at a per-row online α̂ (Leviathan Thm 3.8).
 
-    speedup(γ) = (1 − α̂^{γ+1}) / (1 − α̂) · T(1) / (T(γ + 1) + γ · c · T(1)), the model of
+    speedup(γ) = (1 − α̂^{γ+1}) / (1 − α̂) · T(1) / (T(v) + γ · c · T(1)), the model of
     `theory.measured_speedup` with T(k) the target's cost of scoring k tokens (relative to
-    T(1)) and c the draft step's cost relative to T(1). α̂ = (A + a) / (A + R + a + r) is the
+    T(1)), c the draft step's cost relative to T(1), and v the positions the target scores:
+    gamma_max + 1 with `static_verify` (what `SpeculativeDecoder` does: its verification has a
+    static width, so a short γ saves draft steps only), else γ + 1 (a verifier whose width
+    follows γ). α̂ = (A + a) / (A + R + a + r) is the
     censored-geometric MLE from past iterations (A accepted drafts, R iterations that ended in
     a rejection; an all-accepted iteration is censored and adds no R), with a prior of
     `prior_strength` pseudo-observations at `prior_alpha`; `decay` < 1 forgets old evidence.
@@ -195,6 +198,8 @@ class TheoryGamma(_PastOnly):
       prior_alpha: α the estimate starts from, in (0, 1).
       prior_strength: pseudo-observations behind the prior, > 0.
       decay: per-iteration forgetting factor of A and R, in (0, 1].
+      static_verify: the target scores gamma_max + 1 positions whatever γ is (True, as in
+        `SpeculativeDecoder`), or γ + 1 (False).
     """
 
     c: float = 0.1
@@ -202,6 +207,7 @@ class TheoryGamma(_PastOnly):
     prior_alpha: float = 0.6
     prior_strength: float = 2.0
     decay: float = 1.0
+    static_verify: bool = True
 
     def __post_init__(self):
         if isinstance(self.c, bool) or not isinstance(self.c, int | float) or self.c < 0:
@@ -224,7 +230,7 @@ class TheoryGamma(_PastOnly):
         return cls(c=float(t_draft / curve[0]), target_costs=relative, **kwargs)
 
     def _relative_costs(self, gamma_max: int) -> np.ndarray:
-        """float64 [gamma_max] T(γ + 1) / T(1) + γ c for γ = 1..gamma_max."""
+        """float64 [gamma_max] iteration cost T(v) / T(1) + γ c for γ = 1..gamma_max."""
         gammas = np.arange(1, gamma_max + 1)
         if self.target_costs is None:
             verify = np.ones(gamma_max)
@@ -236,6 +242,8 @@ class TheoryGamma(_PastOnly):
                     f"T({gamma_max + 1})"
                 )
             verify = curve[1 : gamma_max + 1] / curve[0]
+            if self.static_verify:
+                verify = np.full(gamma_max, verify[-1])  # T(gamma_max + 1) every time
         return verify + gammas * self.c
 
     def init(self, batch: int, gamma_max: int):
