@@ -54,6 +54,7 @@ class SpeculativeSteps:
     """
 
     branch = None
+    gamma_policy = None  # an adaptive-γ policy (SpeculativeDecoder's field): γ histogram counted
 
     # -- the loop driver's protocol --------------------------------------------------------
 
@@ -87,7 +88,7 @@ class SpeculativeSteps:
             (t_state, d_state),
             branch=self.branch,
         )
-        if getattr(self, "gamma_policy", None) is not None:
+        if self.gamma_policy is not None:
             hist = jnp.zeros((self.depth + 1,), jnp.int32)  # [gamma + 1]
             s = s.replace(stats=s.stats.replace(drafted_hist=hist))
         return s
