@@ -24,6 +24,7 @@ String options after the colon (comma-separated, big_vision style):
     draft=KIND           transformer | bigram | unigram | uniform | prompt_lookup | self | none
                          (none: autoregressive only)
     gamma=4              drafted tokens per iteration
+    gamma_policy=fixed   fixed | heuristic | confidence[:T] | theory[:C] (adaptive γ, per row)
     tree=3/2/1           verify a token tree instead of a chain: children per depth ("/"-
                          separated here; --config.tree="3,2,1" or a parents list "-1,0,0,1,1")
     rule=with            tree siblings drawn with (SpecInfer) or without (Sequoia) replacement
@@ -48,7 +49,7 @@ DRAFT_KINDS = ("transformer", "bigram", "unigram", "uniform", "prompt_lookup", "
 
 _INT_OPTIONS = ("gamma", "top_k", "max_new_tokens", "seed")
 _FLOAT_OPTIONS = ("temperature", "top_p")
-_STR_OPTIONS = ("draft", "target_family", "draft_family", "tree", "rule", "accept")
+_STR_OPTIONS = ("draft", "target_family", "draft_family", "tree", "rule", "accept", "gamma_policy")
 _SWITCHES = ("tiny",)
 
 
@@ -114,8 +115,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # Prompt-lookup draft: longest and shortest suffix n-gram searched in the context.
     config.prompt_lookup = ml_collections.ConfigDict(dict(max_ngram=3, min_ngram=1))
 
-    # Drafted tokens per iteration.
+    # Drafted tokens per iteration (the most per row with an adaptive gamma_policy).
     config.gamma = 4
+    # Adaptive γ (specjax.decoding.gamma_policy), per row and iteration, for a model draft:
+    # "fixed" | "heuristic" (HF's +2/-1) | "confidence[:THRESHOLD]" (stop after a draw whose own
+    # q(x) < THRESHOLD, default 0.4) | "theory" (argmax of the measured-cost speedup at an
+    # online α estimate, with c and T(k) measured before the run) | "theory:C" (C configured,
+    # flat T(k)).
+    config.gamma_policy = "fixed"
     # A token tree to verify instead of the gamma-chain (None: the chain): children per depth
     # ("3,2,1") or the parents of nodes 0..N-1 ("-1,0,0,1,1"); see specjax.decoding.tree.
     config.tree = config_dict.placeholder(str)
@@ -173,6 +180,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         "top_p",
         "tree",
         "accept",
+        "gamma_policy",
     ):
         if key in options:
             config[key] = options[key]

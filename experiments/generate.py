@@ -17,9 +17,11 @@ import jax
 import numpy as np
 from absl import logging
 
+from specjax.benchmark import costs
 from specjax.benchmark.timing import interleaved
 from specjax.data import EOS_ID, ByteTokenizer, load_corpus
 from specjax.decoding.autoregressive import AutoregressiveDecoder
+from specjax.decoding.gamma_policy import TheoryGamma, parse_gamma_policy
 from specjax.decoding.lookup_tree import LookupTreeDrafter
 from specjax.decoding.rules import accept_rule
 from specjax.decoding.sampling import make_warper
@@ -159,12 +161,30 @@ def _check_config(config) -> None:
             f"config.accept={config.accept!r} applies to the gamma-chain; a token tree "
             "(config.tree) is verified by tree_accept"
         )
+    parse_gamma_policy(config.get("gamma_policy", "fixed"))  # raises naming a bad policy
     repeats = config.timing_repeats
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"config.timing_repeats must be an integer >= 1, got {repeats!r}")
 
 
-def build_decoder(config, target, draft_model, warper, tree):
+def build_gamma_policy(config, target=None, target_params=None, draft=None):
+    """The adaptive-γ policy of `config.gamma_policy` (None: fixed γ).
+
+    "theory" without a configured c measures the draft/target step costs and the target's
+    T(k) for k = 1..gamma + 1 (in-loop, `benchmark.costs`) before the run; that needs the
+    models (target, target_params, draft = (draft_model, draft_params)).
+    """
+    spec = config.get("gamma_policy", "fixed")
+    if spec == "theory" and target is not None and draft is not None:
+        draft_model, draft_params = draft
+        where = dict(batch=1, context=min(64, config.cache_len // 2), cache_len=config.cache_len)
+        t_target = costs.cost_curve(target, target_params, config.gamma + 1, **where)
+        t_draft = costs.call_cost(draft_model, draft_params, 1, **where).median
+        return TheoryGamma.from_costs(t_target, t_draft)
+    return parse_gamma_policy(spec)
+
+
+def build_decoder(config, target, draft_model, warper, tree, gamma_policy=None):
     """The speculative decoder: a gamma-chain, or a token tree when `config.tree` is set."""
     if tree is None:
         return SpeculativeDecoder(
@@ -175,6 +195,11 @@ def build_decoder(config, target, draft_model, warper, tree):
             config.cache_len,
             config.min_bucket,
             accept=accept_rule(config.accept),
+            gamma_policy=gamma_policy,
+        )
+    if gamma_policy is not None:
+        raise ValueError(
+            f"config.gamma_policy={config.gamma_policy!r} applies to a gamma-chain, not a tree"
         )
     draft = draft_model
     if config.draft_kind == "prompt_lookup":  # earlier matches' continuations as the tree
@@ -222,7 +247,9 @@ def _shape(result: dict) -> str:
     tree = result.get("tree")
     if tree is None:
         accept = result.get("accept", "tokenwise")
-        return f"gamma={result['gamma']}" + ("" if accept == "tokenwise" else f", {accept}")
+        policy = result.get("gamma_policy", "fixed")
+        text = f"gamma={result['gamma']}" + ("" if policy == "fixed" else f" (max, {policy})")
+        return text + ("" if accept == "tokenwise" else f", {accept}")
     rule = "with" if tree["replacement"] else "without"
     return f"tree of {tree['nodes']} nodes, depth {tree['depth']} (siblings {rule} replacement)"
 
@@ -260,6 +287,10 @@ def format_report(result: dict) -> str:
             f"speedup (AR ms/token / speculative ms/token): {result['speedup']:.3f}x",
             f"acceptance rate by {what}: [{by_position}]",
         ]
+        if "mean_gamma" in s:
+            out.append(
+                f"adaptive γ: mean {s['mean_gamma']:.2f}, histogram {s['drafted_histogram']}"
+            )
         if "accepted_rank_by_depth" in s:
             ranks = ", ".join(f"{a:.3f}" for a in s["accepted_rank_by_depth"][0])
             out.append(f"acceptance by sibling rank at depth 1: [{ranks}]")
@@ -300,7 +331,8 @@ def run(config, workdir: str) -> dict:
     tree = None if not config.tree else TokenTree.parse(config.tree)
     if draft is not None:
         draft_model, draft_params = draft
-        spec = build_decoder(config, target, draft_model, warper, tree)
+        policy = build_gamma_policy(config, target, target_params, draft)
+        spec = build_decoder(config, target, draft_model, warper, tree, policy)
         calls["spec"] = lambda: spec.generate(
             target_params, draft_params, prompts, key_sample, config.max_new_tokens, eos_id
         )
@@ -331,6 +363,7 @@ def run(config, workdir: str) -> dict:
         else f"{config.draft_kind}: {_describe(draft[0])}",
         "gamma": int(config.gamma),
         "accept": config.accept,
+        "gamma_policy": str(config.get("gamma_policy", "fixed")),
         "tree": None
         if tree is None
         else {

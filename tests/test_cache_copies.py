@@ -13,6 +13,7 @@ import numpy as np
 
 import specjax
 from specjax.decoding import autoregressive, loop, speculative
+from specjax.decoding.gamma_policy import HeuristicGamma
 from specjax.decoding.sampling import make_warper
 from specjax.models import NgramLM, TransformerConfig, TransformerLM, fit_ngram
 
@@ -85,3 +86,27 @@ def test_transformer_draft_scan_is_unrolled_by_default_and_copies_nothing():
     assert _cache_copies(_spec_hlo(None), f"1,{CACHE_LEN},2,16") == 0
     # The control shows the check can fail: forcing the rolled scan brings the copies back.
     assert _cache_copies(_spec_hlo(False), f"1,{CACHE_LEN},2,16") > 0
+
+
+def test_adaptive_draft_steps_are_unrolled_by_default_and_copy_nothing():
+    # The adaptive drafter's early-stopping loop: unrolled `lax.cond`s by default for a cached
+    # draft (no copies); the `lax.while_loop` variant carries the cache and copies it (control).
+    lm, params = _model()
+
+    def hlo(unroll):
+        dec = speculative.SpeculativeDecoder(
+            lm,
+            lm,
+            3,
+            make_warper(1.0),
+            cache_len=CACHE_LEN,
+            unroll_draft=unroll,
+            gamma_policy=HeuristicGamma(),
+        )
+        tokens, lengths = dec.prepare([np.arange(5)], 16)
+        key = jax.random.PRNGKey(0)
+        lowered = loop.generate_jit.lower(dec, (params, params), tokens, lengths, key, 16, -1)
+        return lowered.compile().as_text()
+
+    assert _cache_copies(hlo(None), f"1,{CACHE_LEN},2,16") == 0
+    assert _cache_copies(hlo(False), f"1,{CACHE_LEN},2,16") > 0

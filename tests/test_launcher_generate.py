@@ -214,3 +214,32 @@ def test_tree_option_errors_name_the_option():
     config = generate_config.get_config("tiny,tree=2/x")
     with pytest.raises(ValueError, match="tree='2/x'"):
         generate_mode.run(config, "/tmp/unused-generate-tree")
+
+
+def test_run_with_an_adaptive_gamma_policy(tmp_path):
+    """`gamma_policy=confidence:0.3` reaches the decoder: greedy output unchanged, γ varies."""
+    config = generate_config.get_config("tiny,draft=bigram,gamma_policy=confidence:0.3")
+    assert config.gamma_policy == "confidence:0.3"
+    saved = generate_mode.run(config, str(tmp_path))
+    assert saved["gamma_policy"] == "confidence:0.3"
+    assert saved["greedy_identical"] is True
+    stats = saved["speculative"]["stats"]
+    assert sum(stats["drafted_histogram"]) == stats["row_iterations"]
+    assert stats["draft_calls"] <= config.gamma * stats["target_calls"]
+    assert "adaptive γ: mean" in generate_mode.format_report(saved)
+
+
+def test_theory_policy_uses_measured_costs():
+    config = generate_config.get_config("tiny,draft=bigram,gamma=2,gamma_policy=theory")
+    target, params, draft = generate_mode.build_models(config, ByteTokenizer().vocab_size)
+    policy = generate_mode.build_gamma_policy(config, target, params, draft)
+    assert len(policy.target_costs) == config.gamma + 1 and policy.target_costs[0] == 1.0
+    assert policy.c > 0
+    configured = generate_config.get_config("tiny,gamma_policy=theory:0.25")
+    assert generate_mode.build_gamma_policy(configured).c == 0.25
+
+
+def test_bad_gamma_policy_is_named(tmp_path):
+    config = generate_config.get_config("tiny,draft=bigram,gamma_policy=bandit")
+    with pytest.raises(ValueError, match="gamma_policy"):
+        generate_mode.run(config, str(tmp_path))

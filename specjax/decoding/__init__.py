@@ -13,12 +13,16 @@ The seams (see each module's docstring):
     call by `TreeSpeculativeDecoder`, drafted by a model (`TreeDrafter`) or by prompt lookup
     (`lookup_tree.py`: `LookupTreeDrafter`); `tree_search.py`: Sequoia's optimal tree for a
     measured acceptance-by-rank vector (`optimal_tree`, `expected_accepted`).
+  * `gamma_policy.py`, `adaptive_drafter.py`: adaptive γ (`SpeculativeDecoder(...,
+    gamma_policy=HeuristicGamma())`): per-row draft lengths chosen by a policy, drafted in a
+    loop that stops once every row has stopped.
   * `acceptance.py`: the verification rule, a static `accept=` field of `SpeculativeDecoder`;
     `block.py`: block verification (`block_accept`), a drop-in rule that keeps more drafts.
   * `sampling.py`: warpers (temperature, top-k, top-p), one shared by target and draft.
 """
 
 from specjax.decoding.acceptance import residual_distribution, speculative_accept
+from specjax.decoding.adaptive_drafter import AdaptiveDrafter
 from specjax.decoding.autoregressive import AutoregressiveDecoder
 from specjax.decoding.block import block_accept
 from specjax.decoding.drafters import (
@@ -27,6 +31,13 @@ from specjax.decoding.drafters import (
     ModelDrafter,
     Proposal,
     Verdict,
+)
+from specjax.decoding.gamma_policy import (
+    ConfidenceGamma,
+    FixedGamma,
+    HeuristicGamma,
+    TheoryGamma,
+    parse_gamma_policy,
 )
 from specjax.decoding.lookup_tree import LookupTreeDrafter
 from specjax.decoding.loop import Decoder, LoopState, generate, stream
@@ -54,6 +65,12 @@ from specjax.decoding.tree_search import (
 )
 
 __all__ = [
+    "AdaptiveDrafter",
+    "ConfidenceGamma",
+    "FixedGamma",
+    "HeuristicGamma",
+    "TheoryGamma",
+    "parse_gamma_policy",
     "AutoregressiveDecoder",
     "DecodeStats",
     "Decoder",

@@ -35,7 +35,8 @@ Two future proposers checked against this protocol on paper before it was settle
 Drafters here: `ModelDrafter` (any specjax model, one token per call in a scan: today's draft
 loop) and `LookupDrafter` (copies the continuation of an earlier match of the sequence's suffix,
 up to gamma tokens at once, and drafts fewer, or none, when the match has no more: the
-`num_drafted` path of the acceptance rule).
+`num_drafted` path of the acceptance rule). `AdaptiveDrafter` (adaptive_drafter.py) is a
+`ModelDrafter` whose per-row γ a policy chooses (gamma_policy.py).
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ class Proposal:
       calls: draft forward calls the proposal cost (static; for the statistics).
       valid: bool [batch, gamma] for token trees: which nodes were proposed (an invalid node is
         never tried), or None: all.
+      num_calls: int32 [] draft forward calls when known only at run time (a draft loop that
+        stops early), overriding `calls`; None: `calls`.
     """
 
     tokens: jax.Array
@@ -74,6 +77,7 @@ class Proposal:
     state: Any
     calls: int = struct.field(pytree_node=False, default=0)
     valid: jax.Array | None = None
+    num_calls: jax.Array | None = None
 
 
 @struct.dataclass
@@ -147,8 +151,12 @@ class ModelDrafter:
         _, state = self.model.apply(params, state, prompts, prompt_lengths - 1)
         return state
 
-    def propose(self, params, state, seq: Sequences, key, gamma: int) -> Proposal:
-        """Feeds the pending tokens, then samples gamma tokens (key i for the i-th draw)."""
+    def first_draft(self, params, state, seq: Sequences, key):
+        """Feeds the pending tokens and samples x_1 with key fold_in(key, 0).
+
+        Returns:
+          (state, x_1 int32 [batch], q_1 float32 [batch, vocab], logits_1 [batch, vocab]).
+        """
         active = (~seq.done).astype(jnp.int32)  # [batch]
         num_pending = (seq.lengths - state.lengths) * active  # [batch] 1 or 2
         pending = last_tokens(seq, 2)  # [batch, 2] oldest first
@@ -156,8 +164,15 @@ class ModelDrafter:
         pending = jnp.where((num_pending == 2)[:, None], pending, pending[:, 1:])
         logits, state = self.model.apply(params, state, pending, num_pending)
         last = jnp.maximum(num_pending - 1, 0)[:, None, None]  # [batch, 1, 1]
-        q0 = self.warper.probs(jnp.take_along_axis(logits, last, axis=1)[:, 0])  # [batch, vocab]
+        logits0 = jnp.take_along_axis(logits, last, axis=1)[:, 0]  # [batch, vocab]
+        q0 = self.warper.probs(logits0)  # [batch, vocab]
         x0 = sample_from_probs(jax.random.fold_in(key, 0), q0)  # [batch]
+        return state, x0, q0, logits0
+
+    def propose(self, params, state, seq: Sequences, key, gamma: int) -> Proposal:
+        """Feeds the pending tokens, then samples gamma tokens (key i for the i-th draw)."""
+        active = (~seq.done).astype(jnp.int32)  # [batch]
+        state, x0, q0, _ = self.first_draft(params, state, seq, key)
 
         def one_step(carry, i):
             state, token = carry

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 
 from specjax.decoding import loop
 from specjax.decoding.acceptance import speculative_accept
+from specjax.decoding.adaptive_drafter import AdaptiveDrafter, check_policy
 from specjax.decoding.drafters import Drafter, ModelDrafter, Verdict, is_drafter
 from specjax.decoding.loop import LoopState
 from specjax.decoding.sampling import Warper
@@ -53,6 +54,7 @@ class SpeculativeSteps:
     """
 
     branch = None
+    gamma_policy = None  # an adaptive-γ policy (SpeculativeDecoder's field): γ histogram counted
 
     # -- the loop driver's protocol --------------------------------------------------------
 
@@ -75,7 +77,7 @@ class SpeculativeSteps:
         t_state = self.target.init_state(prompts.shape[0], self.cache_len)
         _, t_state = self.target.apply(target_params, t_state, prompts, prompt_lengths - 1)
         d_state = self.drafter.init(draft_params, prompts, prompt_lengths, self.cache_len)
-        return loop.new_state(
+        s = loop.new_state(
             prompts,
             prompt_lengths,
             key,
@@ -86,6 +88,10 @@ class SpeculativeSteps:
             (t_state, d_state),
             branch=self.branch,
         )
+        if self.gamma_policy is not None:
+            hist = jnp.zeros((self.depth + 1,), jnp.int32)  # [gamma + 1]
+            s = s.replace(stats=s.stats.replace(drafted_hist=hist))
+        return s
 
     def step(self, params, s: LoopState) -> LoopState:
         """One propose-score-verify-emit-commit iteration for every row."""
@@ -115,9 +121,10 @@ class SpeculativeSteps:
         nan = jnp.isnan(logits).any(axis=(1, 2))  # [batch]
         if proposal.probs is not None:
             nan = nan | jnp.isnan(proposal.probs).any(axis=(1, 2))
+        calls = proposal.calls if proposal.num_calls is None else proposal.num_calls
         stats = stats.replace(
             target_calls=stats.target_calls + 1,
-            draft_calls=stats.draft_calls + proposal.calls,
+            draft_calls=stats.draft_calls + calls,
             emitted=stats.emitted + count,
             iterations=stats.iterations + active.astype(jnp.int32),
             accepted_at=stats.accepted_at + accepted.sum(0).astype(jnp.int32),
@@ -126,6 +133,11 @@ class SpeculativeSteps:
         )
         if rank is not None:
             stats = stats.replace(accepted_rank=stats.accepted_rank + rank.sum(0))
+        if stats.drafted_hist is not None:
+            size = stats.drafted_hist.shape[0]
+            drafted = jax.nn.one_hot(proposal.num_drafted, size, dtype=jnp.int32)  # [batch, g+1]
+            hist = (drafted * active[:, None]).sum(0).astype(jnp.int32)
+            stats = stats.replace(drafted_hist=stats.drafted_hist + hist)
         return stats
 
     @staticmethod
@@ -194,9 +206,13 @@ class SpeculativeDecoder(SpeculativeSteps):
       warper: applied to both models' logits (temperature 0 = greedy).
       cache_len: positions per row in caches and the output buffer.
       min_bucket: smallest padded prompt width.
-      unroll_draft: for a model draft, unroll its γ-step scan (see `ModelDrafter.unroll`).
+      unroll_draft: for a model draft, unroll its γ-step scan (see `ModelDrafter.unroll`, and
+        `AdaptiveDrafter.unroll` with a gamma_policy).
       accept: the acceptance rule, a function with `speculative_accept`'s signature and return
         (static: a different rule is a different program).
+      gamma_policy: an adaptive-γ policy (`decoding/gamma_policy.py`) for a model draft: each
+        row drafts 1..gamma tokens per iteration as it decides (`AdaptiveDrafter`), so `gamma`
+        is then gamma_max; None: every row drafts gamma (the plain `ModelDrafter`).
     """
 
     target: Any
@@ -207,6 +223,7 @@ class SpeculativeDecoder(SpeculativeSteps):
     min_bucket: int = 16
     unroll_draft: bool | None = None
     accept: Callable = speculative_accept
+    gamma_policy: Any = None
 
     def __post_init__(self):
         if is_drafter(self.draft):
@@ -214,7 +231,15 @@ class SpeculativeDecoder(SpeculativeSteps):
         else:
             check_pair(self.target, self.draft)
         if isinstance(self.gamma, bool) or not isinstance(self.gamma, int) or self.gamma < 1:
-            raise ValueError(f"gamma must be an integer >= 1, got {self.gamma!r}")
+            what = "gamma" if self.gamma_policy is None else "gamma (gamma_max of gamma_policy)"
+            raise ValueError(f"{what} must be an integer >= 1, got {self.gamma!r}")
+        if self.gamma_policy is not None:
+            if is_drafter(self.draft):
+                raise ValueError(
+                    "gamma_policy needs a model draft (it drafts with an AdaptiveDrafter); "
+                    f"got the drafter {self.draft!r}"
+                )
+            check_policy(self.gamma_policy, self.gamma)
         if not isinstance(self.warper, Warper):
             raise TypeError(
                 f"warper must be a specjax Warper (make_warper(...)); got {self.warper!r}"
@@ -227,6 +252,10 @@ class SpeculativeDecoder(SpeculativeSteps):
         """The proposer: `draft` itself if it is a Drafter, else a ModelDrafter around it."""
         if is_drafter(self.draft):
             return self.draft
+        if self.gamma_policy is not None:
+            return AdaptiveDrafter(
+                self.draft, self.warper, self.gamma_policy, self.gamma, self.unroll_draft
+            )
         return ModelDrafter(self.draft, self.warper, self.unroll_draft)
 
     @property

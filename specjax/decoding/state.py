@@ -59,6 +59,8 @@ class DecodeStats:
         i that had children.
       accepted_rank: int32 [depth, branch] for token trees: how many (row, iteration) pairs
         accepted, at depth d + 1, the child of rank k (k = 0 the first tried); None for chains.
+      drafted_hist: int32 [gamma + 1] with an adaptive γ: how many (row, iteration) pairs
+        drafted d tokens, d = 0..gamma; None otherwise.
     """
 
     target_calls: jax.Array
@@ -69,6 +71,7 @@ class DecodeStats:
     nan_rows: jax.Array
     tested_at: jax.Array
     accepted_rank: jax.Array | None = None
+    drafted_hist: jax.Array | None = None
 
     def logical_axes(self) -> DecodeStats:
         """Per-row counters split by `batch`; totals and per-position counts replicated."""
@@ -82,6 +85,7 @@ class DecodeStats:
             nan_rows=row,
             tested_at=PartitionSpec(None),
             accepted_rank=None if self.accepted_rank is None else PartitionSpec(None, None),
+            drafted_hist=None if self.drafted_hist is None else PartitionSpec(None),
         )
 
 

@@ -43,6 +43,12 @@ def summarize_stats(stats: list) -> dict:
         # Rows whose n (accepted drafts / tree depth) is >= d, for d = 0..gamma + 1.
         reached = np.concatenate([[iterations], accepted_at, [0]])
         out["accepted_depth_histogram"] = (reached[:-1] - reached[1:]).tolist()
+    hists = [s.drafted_hist for s in host if getattr(s, "drafted_hist", None) is not None]
+    if hists:
+        hist = np.sum(hists, axis=0)  # [gamma + 1]
+        # Adaptive γ: (row, iteration) pairs by tokens drafted, and their mean.
+        out["drafted_histogram"] = hist.tolist()
+        out["mean_gamma"] = float((hist * np.arange(hist.size)).sum() / max(hist.sum(), 1))
     ranks = [s.accepted_rank for s in host if getattr(s, "accepted_rank", None) is not None]
     if ranks:
         ranks = np.sum(ranks, axis=0)  # [depth, branch]

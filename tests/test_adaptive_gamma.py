@@ -1,0 +1,196 @@
+"""Adaptive γ: greedy equality with autoregressive decoding, early stopping, policies, arguments.
+
+Sampled losslessness (chi-square against the exact law, with the dropped-token negative control)
+is tests/test_adaptive_gamma_sampling.py. Runtime: about 70 s on the 2-core development machine
+(compiling the four greedy adaptive decoders and the autoregressive reference is most of it).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from decoding_setup import (
+    CACHE_LEN,
+    GAMMA,
+    GREEDY,
+    MAX_NEW,
+    PROMPTS,
+    TARGET,
+    ar_decoder,
+    as_lists,
+    drafts,
+    target_params,
+)
+
+from specjax import theory
+from specjax.decoding import loop
+from specjax.decoding.adaptive_drafter import AdaptiveDrafter
+from specjax.decoding.drafters import LookupDrafter
+from specjax.decoding.gamma_policy import (
+    ConfidenceGamma,
+    FixedGamma,
+    HeuristicGamma,
+    TheoryGamma,
+    parse_gamma_policy,
+)
+from specjax.decoding.speculative import SpeculativeDecoder
+
+POLICIES = {
+    "fixed1": FixedGamma(1),
+    "heuristic": HeuristicGamma(),
+    "confidence": ConfidenceGamma(0.5),
+    "theory": TheoryGamma(c=0.3),
+}
+# The draft steps as a `lax.while_loop` (the default for this cached draft: unrolled conds).
+WHILE_LOOP = ("theory",)
+
+
+def _decoder(policy, unroll=None) -> SpeculativeDecoder:
+    draft, _ = drafts()["noisy_self"]
+    return SpeculativeDecoder(
+        TARGET, draft, GAMMA, GREEDY, CACHE_LEN, unroll_draft=unroll, gamma_policy=policy
+    )
+
+
+@pytest.fixture(scope="module")
+def ar_tokens():
+    result = ar_decoder().generate(target_params(), PROMPTS, jax.random.PRNGKey(0), MAX_NEW)
+    return as_lists(result)
+
+
+@pytest.fixture(scope="module")
+def results():
+    """name -> GenerationResult of greedy adaptive decoding of the ragged prompts."""
+    _, draft_params = drafts()["noisy_self"]
+    return {
+        name: _decoder(policy, False if name in WHILE_LOOP else None).generate(
+            target_params(), draft_params, PROMPTS, jax.random.PRNGKey(0), MAX_NEW
+        )
+        for name, policy in POLICIES.items()
+    }
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_greedy_adaptive_equals_greedy_autoregressive(results, ar_tokens, name):
+    assert as_lists(results[name]) == ar_tokens
+    summary = results[name].summary()
+    # One histogram entry per (row, iteration); every row drafts 1..gamma tokens.
+    hist = summary["drafted_histogram"]
+    assert len(hist) == GAMMA + 1 and hist[0] == 0
+    assert sum(hist) == summary["row_iterations"]
+
+
+def test_draft_loop_stops_when_every_row_has_stopped(results):
+    """Draft calls per iteration = the most any row drafted, not gamma_max."""
+    fixed1 = results["fixed1"].summary()
+    assert fixed1["draft_calls"] == fixed1["target_calls"]  # one draw per iteration
+    assert fixed1["drafted_histogram"][1] == fixed1["row_iterations"]
+    for name in ("confidence", "theory"):
+        summary = results[name].summary()
+        assert summary["draft_calls"] < GAMMA * summary["target_calls"], (name, summary)
+        assert summary["mean_gamma"] < GAMMA
+    # The heuristic schedule moves every row's γ both ways.
+    hist = results["heuristic"].summary()["drafted_histogram"]
+    assert hist[GAMMA] > 0 and sum(hist[1:GAMMA]) > 0, hist
+
+
+def test_no_recompilation_for_new_prompts_or_budget(results):
+    del results  # compiled there
+    _, draft_params = drafts()["noisy_self"]
+    decoder = _decoder(POLICIES["heuristic"])
+    programs = loop.generate_jit._cache_size()
+    prompts = [p[::-1] + 1 for p in PROMPTS]  # same 16-token bucket
+    decoder.generate(target_params(), draft_params, prompts, jax.random.PRNGKey(1), MAX_NEW - 5)
+    assert loop.generate_jit._cache_size() == programs
+
+
+def test_heuristic_schedule_per_row():
+    policy = HeuristicGamma()
+    state = jnp.array([1, 4, 3, 2], jnp.int32)
+    drafted = jnp.array([1, 4, 3, 2], jnp.int32)
+    accepted = jnp.array([1, 4, 0, 0], jnp.int32)  # all, all, none, none (inactive)
+    active = jnp.array([True, True, True, False])
+    new = policy.update(state, drafted, accepted, active, 4)
+    np.testing.assert_array_equal(new, [3, 4, 2, 2])  # +2, clipped at 4, -1, unchanged
+    np.testing.assert_array_equal(policy.init(2, 4), [4, 4])
+    np.testing.assert_array_equal(HeuristicGamma(initial=9).init(1, 4), [4])
+    np.testing.assert_array_equal(policy.budget(jnp.array([0, 5]), 4), [1, 4])
+
+
+def test_theory_budget_is_the_papers_optimal_gamma():
+    """With a negligible prior, γ_t is `theory.optimal_gamma` at α̂ (flat target costs) and
+    `theory.measured_optimal_gamma` with a measured cost curve."""
+    alphas = np.array([0.1, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95])
+    counts = 1e6
+    state = (jnp.asarray(alphas * counts, jnp.float32), jnp.asarray((1 - alphas) * counts))
+    for c in (0.05, 0.2, 0.5):
+        policy = TheoryGamma(c=c, prior_strength=1e-6)
+        expected = theory.optimal_gamma(alphas, c, gamma_max=8)
+        np.testing.assert_array_equal(policy.budget(state, 8), expected)
+    curve = {1: 1.0, 2: 1.1, 5: 1.6, 9: 2.9}
+    policy = TheoryGamma.from_costs(curve, 0.1, prior_strength=1e-6, static_verify=False)
+    expected = theory.measured_optimal_gamma(alphas, curve, 0.1)
+    np.testing.assert_array_equal(policy.budget(state, 8), expected)
+    # A static-width verifier pays T(gamma_max + 1) whatever γ is: only draft steps trade off.
+    static = TheoryGamma.from_costs(curve, 0.1, prior_strength=1e-6)
+    gammas = np.arange(1, 9)
+    speedup = theory.expected_tokens_per_iteration(alphas[:, None], gammas) / (2.9 + 0.1 * gammas)
+    np.testing.assert_array_equal(static.budget(state, 8), gammas[np.argmax(speedup, axis=1)])
+    assert not np.array_equal(static.budget(state, 8), expected)
+
+
+def test_theory_estimate_is_the_censored_geometric_mle():
+    """A/(A + R) recovers α from truncated runs, where accepted/drafted is biased low."""
+    alpha, gamma, rows, rounds = 0.7, 3, 4000, 25
+    rng = np.random.default_rng(0)
+    policy = TheoryGamma(prior_strength=1e-3)
+    state = policy.init(rows, gamma)
+    drafted = jnp.full((rows,), gamma, jnp.int32)
+    active = jnp.ones((rows,), bool)
+    naive = []
+    for _ in range(rounds):
+        run = np.minimum(rng.geometric(1 - alpha, rows) - 1, gamma)  # accepted before a reject
+        state = policy.update(state, drafted, jnp.asarray(run, jnp.int32), active, gamma)
+        naive.append(run.mean() / gamma)
+    estimate = float(policy.alpha(state).mean())
+    assert abs(estimate - alpha) < 0.01, estimate
+    assert np.mean(naive) < alpha - 0.1  # the truncation bias the MLE avoids
+
+
+def test_parse_gamma_policy():
+    assert parse_gamma_policy("fixed") is None and parse_gamma_policy(None) is None
+    assert parse_gamma_policy("heuristic") == HeuristicGamma()
+    assert parse_gamma_policy("confidence") == ConfidenceGamma()
+    assert parse_gamma_policy("confidence:0.3") == ConfidenceGamma(0.3)
+    assert parse_gamma_policy("theory:0.2") == TheoryGamma(c=0.2)
+    assert parse_gamma_policy("theory", target_costs=(1, 2, 3)).target_costs == (1.0, 2.0, 3.0)
+
+
+@pytest.mark.parametrize(
+    "build, match",
+    [
+        (lambda: _decoder_with(HeuristicGamma(), gamma=0), "gamma_max"),
+        (lambda: AdaptiveDrafter(TARGET, GREEDY, HeuristicGamma(), 0), "gamma_max"),
+        (lambda: ConfidenceGamma(0.0), "threshold"),
+        (lambda: ConfidenceGamma(1.0), "threshold"),
+        (lambda: ConfidenceGamma(1.5), "threshold"),
+        (lambda: parse_gamma_policy("confidence:2"), "threshold"),
+        (lambda: parse_gamma_policy("bandit"), "gamma_policy"),
+        (lambda: parse_gamma_policy("confidence:x"), "gamma_policy"),
+        (lambda: _decoder_with(FixedGamma(5)), "gamma_max"),
+        (lambda: _decoder_with(TheoryGamma(target_costs=(1.0, 1.2))), "target_costs"),
+        (lambda: TheoryGamma(c=-1), "c must"),
+        (lambda: TheoryGamma(prior_alpha=1.0), "prior_alpha"),
+        (lambda: HeuristicGamma(initial=0), "initial"),
+        (lambda: _decoder_with("heuristic"), "gamma_policy"),
+        (lambda: _decoder_with(HeuristicGamma(), draft=LookupDrafter(TARGET.vocab_size)), "model"),
+    ],
+)
+def test_bad_arguments_raise_naming_the_argument(build, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        build()
+
+
+def _decoder_with(policy, gamma=GAMMA, draft=None):
+    draft = drafts()["noisy_self"][0] if draft is None else draft
+    return SpeculativeDecoder(TARGET, draft, gamma, GREEDY, CACHE_LEN, gamma_policy=policy)
