@@ -58,6 +58,22 @@ def _normalise(probs: jax.Array) -> jax.Array:
     return probs / jnp.where(mass > 0, mass, 1.0)
 
 
+def _distributions(draft_tokens, draft_probs, target_probs):
+    """int32 tokens, q [batch, gamma, vocab] and p [batch, gamma + 1, vocab] in float32.
+
+    The rules are exact only for the normalised p and q that sampling really draws from; bfloat16
+    rounding leaves rows summing to 1 +- ~2e-3, which biased the output measurably: renormalise.
+    A deterministic draft (draft_probs None) is a point mass on its token.
+    """
+    draft_tokens = draft_tokens.astype(jnp.int32)
+    p = _normalise(target_probs.astype(jnp.float32))
+    if draft_probs is None:
+        q = jax.nn.one_hot(draft_tokens, target_probs.shape[-1], dtype=jnp.float32)
+    else:
+        q = _normalise(draft_probs.astype(jnp.float32))
+    return draft_tokens, q, p
+
+
 def _check_args(draft_tokens, draft_probs, target_probs, num_drafted) -> None:
     checks.check_rank("draft_tokens", draft_tokens, 2, "[batch, gamma]")
     checks.check_int("draft_tokens", draft_tokens)
@@ -122,15 +138,7 @@ def speculative_accept(
     """
     _check_args(draft_tokens, draft_probs, target_probs, num_drafted)
     batch, gamma = draft_tokens.shape
-    vocab = target_probs.shape[-1]
-    draft_tokens = draft_tokens.astype(jnp.int32)
-    # The rule is exact only for the normalised p and q that sampling really draws from; bfloat16
-    # rounding leaves rows summing to 1 +- ~2e-3, which biased the output measurably: renormalise.
-    p = _normalise(target_probs.astype(jnp.float32))  # [batch, gamma + 1, vocab]
-    if draft_probs is None:
-        q = jax.nn.one_hot(draft_tokens, vocab, dtype=jnp.float32)  # [batch, gamma, vocab]
-    else:
-        q = _normalise(draft_probs.astype(jnp.float32))  # [batch, gamma, vocab]
+    draft_tokens, q, p = _distributions(draft_tokens, draft_probs, target_probs)
 
     key_accept, key_sample = jax.random.split(key)
     p_x = jnp.take_along_axis(p[:, :gamma], draft_tokens[..., None], axis=-1)[..., 0]  # [b, g]

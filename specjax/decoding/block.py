@@ -81,7 +81,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from specjax.decoding.acceptance import _check_args, _normalise
+from specjax.decoding.acceptance import _check_args, _distributions
 from specjax.decoding.sampling import sample_from_probs
 
 
@@ -192,15 +192,8 @@ def block_accept(
     """
     _check_args(draft_tokens, draft_probs, target_probs, num_drafted)
     batch, gamma = draft_tokens.shape
-    vocab = target_probs.shape[-1]
-    draft_tokens = draft_tokens.astype(jnp.int32)
-    # As in speculative_accept: the rule is exact for the distributions sampling really draws
-    # from, so bfloat16 rows (summing to 1 +- 2e-3) are renormalised in float32.
-    p = _normalise(target_probs.astype(jnp.float32))  # [batch, gamma + 1, vocab]
-    if draft_probs is None:
-        q = jax.nn.one_hot(draft_tokens, vocab, dtype=jnp.float32)  # [batch, gamma, vocab]
-    else:
-        q = _normalise(draft_probs.astype(jnp.float32))  # [batch, gamma, vocab]
+    # As in speculative_accept: float32, renormalised (bf16 rows sum to 1 +- 2e-3).
+    draft_tokens, q, p = _distributions(draft_tokens, draft_probs, target_probs)  # [b, g(+1), V]
     drafted = jnp.full((batch,), gamma, jnp.int32) if num_drafted is None else num_drafted
     drafted = drafted.astype(jnp.int32)  # [batch]
 
