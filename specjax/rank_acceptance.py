@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.alpha import overlap
+from specjax.decoding.acceptance import residual_distribution
 from specjax.decoding.sampling import Warper
 from specjax.decoding.tree import TokenTree, draw_children, tree_accept
 from specjax.decoding.tree_search import conditional_from_positional
@@ -40,19 +41,12 @@ _logits = jax.jit(sequence_logits, static_argnums=0)
 RULES = ("with", "without", "top_k")
 
 
-def _residual(r: jax.Array, q: jax.Array) -> jax.Array:
-    """norm((r - q)+), or r itself where that has no mass (rejection then had probability 0)."""
-    d = jnp.maximum(r - q, 0.0)
-    mass = d.sum(-1, keepdims=True)
-    return jnp.where(mass > 1e-12, d / jnp.maximum(mass, 1e-30), r)
-
-
 def _with_replacement(p: jax.Array, q: jax.Array, ranks: int) -> jax.Array:
     out, r, reach = [], p, jnp.ones(p.shape[:-1], jnp.float32)
     for _ in range(ranks):
         a = jnp.clip(jnp.minimum(r, q).sum(-1), 0.0, 1.0)
         out.append(reach * a)
-        reach, r = reach * (1.0 - a), _residual(r, q)
+        reach, r = reach * (1.0 - a), residual_distribution(r, q)  # empty: r
     return jnp.stack(out, -1)
 
 

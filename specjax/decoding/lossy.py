@@ -26,7 +26,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax import checks
-from specjax.decoding.acceptance import _check_args, _normalise
+from specjax.decoding.acceptance import (
+    _check_args,
+    _distributions,
+    _normalise,
+    residual_distribution,
+)
 from specjax.decoding.sampling import sample_from_probs
 
 
@@ -87,13 +92,7 @@ def lenient_accept(
     _check_unit("lenience", lenience)
     _check_args(draft_tokens, draft_probs, target_probs, num_drafted)
     batch, gamma = draft_tokens.shape
-    vocab = target_probs.shape[-1]
-    draft_tokens = draft_tokens.astype(jnp.int32)
-    p = _normalise(target_probs.astype(jnp.float32))
-    if draft_probs is None:
-        q = jax.nn.one_hot(draft_tokens, vocab, dtype=jnp.float32)
-    else:
-        q = _normalise(draft_probs.astype(jnp.float32))
+    draft_tokens, q, p = _distributions(draft_tokens, draft_probs, target_probs)
     lq = lenience * q
     k_accept, k_sample = jax.random.split(key)
     p_x = jnp.take_along_axis(p[:, :gamma], draft_tokens[..., None], axis=-1)[..., 0]
@@ -103,9 +102,7 @@ def lenient_accept(
 
     def correction(n, p_n):
         lq_n = jnp.take_along_axis(jnp.pad(lq, ((0, 0), (0, 1), (0, 0))), n[:, None, None], 1)
-        residual = jnp.maximum(p_n - lq_n[:, 0], 0.0)
-        mass = residual.sum(-1, keepdims=True)
-        return jnp.where(mass > 0, residual / jnp.where(mass > 0, mass, 1.0), p_n)
+        return residual_distribution(p_n, lq_n[:, 0])  # norm(max(p - l q, 0)), else p
 
     return _emit(k_sample, draft_tokens, accepted, p, correction, num_drafted, fill_value)
 

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax import checks
+from specjax.decoding.acceptance import _normalise, residual_distribution
 from specjax.decoding.sampling import sample_from_probs
 
 # A key below every key of a token inside supp q (log q >= -104 in float32, Gumbel noise in
@@ -229,11 +230,6 @@ def tree_inputs(tree: TokenTree, starts: jax.Array, max_len: int, nodes=None):
     return positions.astype(jnp.int32), seen | (offset < 0)[:, None, :]
 
 
-def _normalise(probs: jax.Array) -> jax.Array:
-    mass = probs.sum(-1, keepdims=True)
-    return probs / jnp.where(mass > 0, mass, 1.0)
-
-
 def _check_args(tree, node_tokens, draft_probs, target_probs, valid) -> None:
     if not isinstance(tree, TokenTree):
         raise TypeError(f"tree must be a TokenTree; got {tree!r}")
@@ -282,10 +278,7 @@ def _accept_row(key, tree, replacement, tokens, q, p, valid):
         ok = live & (coins[safe] * trial[x] < r[x])
         rejected = live & ~ok
         # The residual first, with the proposal the child was drawn from (before removing x).
-        res = jnp.maximum(r - trial, 0.0)
-        mass = res.sum()
-        new_r = jnp.where(mass > 0, res / jnp.where(mass > 0, mass, 1.0), r)
-        r = jnp.where(rejected, new_r, r)
+        r = jnp.where(rejected, residual_distribution(r, trial), r)  # empty: r itself
         if q is not None and not replacement:
             tried = tried | (rejected & (jnp.arange(vocab) == x))
             reduced = jnp.where(tried, 0.0, dq)
