@@ -25,6 +25,7 @@ from specjax.decoding.tree import TokenTree, draw_children
 from specjax.decoding.tree_search import (
     conditional_from_positional,
     expected_accepted,
+    draft_call_widths,
     hardware_aware_tree,
     optimal_tree,
     positional_from_conditional,
@@ -130,11 +131,16 @@ def test_hardware_aware_choice_follows_the_verification_curve():
     shallow, _ = hardware_aware_tree(acceptance, flat, 0.3)
     assert shallow.max_depth < deep.max_depth
     for c in hardware_aware_tree(acceptance, {1: 1.0, 4: 1.5, 8: 2.5}, lambda w: 0.1 * w)[1]:
-        widths = [end - first for first, end in c["tree"].levels[1:]]
+        # TreeDrafter's calls: the root, then every level above the leaves.
+        levels = c["tree"].levels
+        widths = [1] + [end - first for first, end in levels[1:-1]] if len(levels) > 1 else []
         cost = {1: 1.0, 4: 1.5, 8: 2.5}[c["nodes"]] + 0.1 * sum(widths)
         assert c["speedup"] == pytest.approx((1 + c["expected_accepted"]) / cost)
     with pytest.raises(ValueError, match="verify_cost"):
         hardware_aware_tree(acceptance, {2: 1.0, 4: 1.0}, 0.1)
+    assert draft_call_widths(TokenTree.chain(3)) == [1, 1, 1]
+    assert draft_call_widths(TokenTree.from_branching((3, 2))) == [1, 3]  # leaves never fed
+    assert draft_call_widths(TokenTree((-1,))) == []
     with pytest.raises(ValueError, match="max_depths"):
         hardware_aware_tree(acceptance, flat, 0.1, max_depths=[0])
 

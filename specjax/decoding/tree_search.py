@@ -190,6 +190,15 @@ def _vector(name: str, values) -> np.ndarray:
     return x
 
 
+def draft_call_widths(tree: TokenTree) -> list:
+    """Tokens fed by each draft call that drafts `tree` level by level (`TreeDrafter`).
+
+    Call 0 feeds the root and gives q at it; call d feeds the nodes of depth d (d = 1 .. D - 1).
+    A chain of gamma: [1] * gamma. A lone root: [] (nothing drafted).
+    """
+    return [1] + [end - first for first, end in tree.levels[1:-1]] if tree.max_depth else []
+
+
 def hardware_aware_tree(
     acceptance,
     verify_cost,
@@ -201,8 +210,11 @@ def hardware_aware_tree(
     For every measured size n and depth bound d, takes `optimal_tree(acceptance, n, d)` and
     predicts its speedup over autoregressive decoding,
 
-        speedup(n, d) = (1 + E[accepted]) * T(1) / (T(n) + sum over the tree's drafted levels of
-                        draft_cost(width of that level)),
+        speedup(n, d) = (1 + E[accepted]) * T(1) / (T(n) + sum over the draft's calls of
+                        draft_cost(tokens fed by that call)),
+
+where the draft's calls are those `TreeDrafter` makes: one per depth, feeding the root (1 token)
+and then the nodes of depths 1 .. D - 1 (the leaves are drawn, never fed): `draft_call_widths`.
 
     then returns the best. On a CPU, T(n) grows with n and small trees win; on an accelerator
     T(n) is nearly flat up to a few hundred tokens and the same acceptance vector picks a big tree.
@@ -241,8 +253,7 @@ def hardware_aware_tree(
                 continue
             seen.add((tree, n))
             value = expected_accepted(tree, acceptance)
-            widths = [end - first for first, end in tree.levels[1:]]
-            cost = costs[n] + sum(draft(w) for w in widths)
+            cost = costs[n] + sum(draft(w) for w in draft_call_widths(tree))
             candidates.append(
                 {
                     "tree": tree,
