@@ -26,6 +26,7 @@ MODES = {
     "train": "experiments.train",
     "leviathan2023": "experiments.leviathan2023.pipeline",
     "trees": "experiments.trees.pipeline",
+    "sequoia2024": "experiments.sequoia2024.pipeline",
 }
 
 FLAGS = flags.FLAGS

@@ -1,0 +1,85 @@
+"""PNG plots of the sequoia2024 results: tokens per call vs tree size, speedup vs tree size."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from specjax.plotting import Series, save_line_plot
+
+_COLORS = {"chain": "C0", "kchains": "C1", "binary": "C2", "sequoia": "C3"}
+
+
+def write_all(results: dict, workdir: str) -> list:
+    """Writes tokens_per_call_t<t>.png and speedup_t<t>.png per temperature; returns the names."""
+    written = []
+    corpus = results["config"]["corpus"]
+    for t, block in results["temperatures"].items():
+        series = []
+        for method in results["config"]["methods"]:
+            rows = sorted(
+                (r for r in block["tokens_per_call"] if r["method"] == method),
+                key=lambda r: r["n"],
+            )
+            x = np.log2([r["n"] for r in rows])
+            color = _COLORS.get(method)
+            series.append(Series(x, [r["measured"] for r in rows], method, color))
+            series.append(
+                Series(x, [r["expected"] for r in rows], None, color, linestyle="--", marker=None)
+            )
+        name = f"tokens_per_call_t{t}.png"
+        save_line_plot(
+            os.path.join(workdir, name),
+            series,
+            xlabel="log2 tree size n (tokens scored per target call)",
+            ylabel="tokens per target call",
+            title=f"{corpus}, t = {t}",
+            style_legend=[("-", "measured"), ("--", "expected (positional model)")],
+        )
+        written.append(name)
+
+        rows = block["walltime"]["rows"]
+        chains = sorted(
+            (r for r in rows if r["name"].startswith("chain")), key=lambda r: r["nodes"]
+        )
+        trees = sorted(
+            (r for r in rows if r["name"].startswith("sequoia")), key=lambda r: r["nodes"]
+        )
+        series = [
+            Series([r["nodes"] for r in chains], [r["speedup"] for r in chains], "chain", "C0"),
+            Series(
+                [r["nodes"] for r in chains],
+                [r["predicted_speedup"] for r in chains],
+                None,
+                "C0",
+                linestyle="--",
+                marker=None,
+            ),
+        ]
+        if trees:
+            series.append(
+                Series([r["nodes"] for r in trees], [r["speedup"] for r in trees], "sequoia", "C3")
+            )
+            series.append(
+                Series(
+                    [r["nodes"] for r in trees],
+                    [r["predicted_speedup"] for r in trees],
+                    None,
+                    "C3",
+                    linestyle="--",
+                    marker=None,
+                )
+            )
+        name = f"speedup_t{t}.png"
+        save_line_plot(
+            os.path.join(workdir, name),
+            series,
+            xlabel="tree size n (tokens scored per target call)",
+            ylabel="walltime speedup over AR",
+            title=f"{corpus}, t = {t}, batch 1",
+            hline=1.0,
+            style_legend=[("-", "measured"), ("--", "cost model")],
+        )
+        written.append(name)
+    return written
