@@ -24,8 +24,8 @@ from specjax.decoding import tree as tree_lib
 from specjax.decoding.tree import TokenTree, draw_children
 from specjax.decoding.tree_search import (
     conditional_from_positional,
-    expected_accepted,
     draft_call_widths,
+    expected_accepted,
     hardware_aware_tree,
     optimal_tree,
     positional_from_conditional,
