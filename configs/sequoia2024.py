@@ -25,7 +25,7 @@ import ml_collections
 
 from configs.options import parse_options
 
-METHODS = ("chain", "kchains", "binary", "sequoia")
+METHODS = ("chain", "kchains", "binary", "sequoia", "kchains_wo", "binary_wo")
 
 
 def _parse(arg):
@@ -76,7 +76,9 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
     #   binary   a fixed tree: every node has two children, filled breadth-first to n nodes,
     #            verified with replacement (SpecInfer's rule);
     #   sequoia  Sequoia's DP tree for the measured positional acceptance vector (without
-    #            replacement; the draft's top-k at t = 0).
+    #            replacement; the draft's top-k at t = 0);
+    #   kchains_wo, binary_wo  the kchains and binary trees verified without replacement.
+    # A tree with one child per node is a chain whatever its method: it runs once, as the chain.
     # At t = 0 the with-replacement methods sample their children from the greedy draft (as
     # SpecInfer does), which repeats one token: the collapse experiment 2 is about.
     config.sizes = options.get("sizes", (1, 2, 4, 8) if tiny else (1, 2, 4, 8, 16, 32, 64))
@@ -88,11 +90,10 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
     # Depth bound of the DP trees (None: unbounded; Sequoia bounds it by the hardware choice).
     config.max_depth = 0  # 0 = no bound
 
-    # Acceptance by rank (specjax.rank_acceptance) on text the target generates at t:
-    # `reference_prompts` prompts of `prompt_len` tokens, `reference_tokens` new tokens each.
+    # Acceptance by rank (specjax.rank_acceptance) on text the target generates at t from the
+    # `stats_prompts` prompts below, `reference_tokens` new tokens each.
     config.ranks = int(options.get("ranks", 4 if tiny else 8))
     config.rank_samples = 8 if tiny else 32  # Gumbel races per position ("without")
-    config.reference_prompts = 2 if tiny else 16
     config.reference_tokens = 16 if tiny else 128
 
     # Tokens per target call: `stats_prompts` prompts decoded in one batch per decoder.
@@ -106,7 +107,8 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
     config.walltime_prompts = 1 if tiny else 4
     config.repeats = int(options.get("repeats", 1 if tiny else 7))
     # Verification cost T(k) of the target and T_draft(k) of the draft (specjax.benchmark.costs),
-    # round-robin over widths, medians; T at unmeasured widths is interpolated.
+    # round-robin over widths; the cost model takes each width's fastest sample (other jobs only
+    # add time), medians are kept beside it; T_draft at unmeasured widths is interpolated.
     config.cost_steps = 2 if tiny else 32
     config.cost_context = 16 if tiny else 64
     config.cost_repeats = 1 if tiny else 3

@@ -4,7 +4,9 @@
   kchains  k independent chains hanging from the root (SpecInfer's "k sequences"), their
            lengths as equal as possible, the longer ones first;
   binary   a fixed tree: two children per node, filled breadth-first;
-  sequoia  `optimal_tree` for a positional acceptance vector.
+  sequoia  `optimal_tree` for a positional acceptance vector;
+  kchains_wo, binary_wo  the same fixed trees verified without replacement (Sequoia's rule;
+           the draft's top-k at t = 0): the contrast of experiment 2.
 
 Each method comes with the sibling rule it is verified by (`REPLACEMENT`) and the rank-acceptance
 rule whose vector predicts it (`ACCEPTANCE_RULE`).
@@ -16,9 +18,16 @@ from specjax.decoding.tree import TokenTree
 from specjax.decoding.tree_search import optimal_tree
 
 # Sampled siblings drawn independently (SpecInfer) or without replacement (Sequoia).
-REPLACEMENT = {"chain": True, "kchains": True, "binary": True, "sequoia": False}
+REPLACEMENT = {
+    "chain": True,
+    "kchains": True,
+    "binary": True,
+    "sequoia": False,
+    "kchains_wo": False,
+    "binary_wo": False,
+}
 # specjax.rank_acceptance rule whose positional vector describes each method's verification.
-ACCEPTANCE_RULE = {"chain": "with", "kchains": "with", "binary": "with", "sequoia": "without"}
+ACCEPTANCE_RULE = {m: "with" if r else "without" for m, r in REPLACEMENT.items()}
 
 
 def chain(n: int) -> TokenTree:
@@ -51,9 +60,9 @@ def build(method: str, n: int, acceptance=None, k: int = 4, max_depth: int | Non
         raise ValueError(f"n must be >= 2 (n = 1 is autoregressive decoding); got {n}")
     if method == "chain":
         return chain(n)
-    if method == "kchains":
+    if method in ("kchains", "kchains_wo"):
         return k_chains(n, k)
-    if method == "binary":
+    if method in ("binary", "binary_wo"):
         return binary(n)
     if method == "sequoia":
         if acceptance is None:

@@ -51,12 +51,14 @@ def measure_costs(config, target, tparams, draft, dparams) -> dict:
 
     Widths: 1 .. max(gammas) + 1 and every size (target); 1, 2, 4, ... up to the largest size
     (draft). Each is an in-loop timing (`call_cost`), measured once per round for
-    `cost_rounds` rounds (round-robin against drift and load), medians of the pooled samples.
+    `cost_rounds` rounds (round-robin against drift and load). The cost model uses the fastest
+    sample of each width (other processes only ever add time; on a shared CPU the median mixes
+    in their load), and the medians are kept beside it.
     The tree's ancestor mask adds nothing measurable to T (experiments/trees/RESULTS.md), so a
     tree of n nodes is charged T(n) of a chain of n.
 
     Returns:
-      {"t_target": {k: s}, "t_draft": {k: s}}.
+      {"t_target": {k: s}, "t_draft": {k: s}, "median": {the same, medians}}.
     """
     kw = dict(
         context=config.cost_context,
@@ -72,11 +74,15 @@ def measure_costs(config, target, tparams, draft, dparams) -> dict:
     for _ in range(config.cost_rounds):
         for key, (model, params, k) in programs.items():
             samples[key].extend(call_cost(model, params, k, **kw).samples)
-    out = {"t_target": {}, "t_draft": {}}
+    out = {"t_target": {}, "t_draft": {}, "median": {"t_target": {}, "t_draft": {}}}
     for (kind, k), values in samples.items():
-        out[kind][k] = float(np.median(values))
-    for kind in out:
-        _log(f"  {kind} ms: " + ", ".join(f"{k}: {v * 1e3:.3f}" for k, v in out[kind].items()))
+        out[kind][k] = float(np.min(values))
+        out["median"][kind][k] = float(np.median(values))
+    for kind in ("t_target", "t_draft"):
+        _log(
+            f"  {kind} ms (fastest): "
+            + ", ".join(f"{k}: {v * 1e3:.3f}" for k, v in out[kind].items())
+        )
     jax.clear_caches()
     return out
 
@@ -121,7 +127,7 @@ def measure_acceptance(config, target, tparams, draft, dparams, prompts, t: floa
 
 def _decoder(config, target, draft, warper, method: str, tree):
     """The decoder of one method's tree (the chain decoder for chains)."""
-    if method == "chain":
+    if tree.max_branch == 1:  # a chain, whatever the method: the chain decoder
         return SpeculativeDecoder(
             target, draft, tree.num_nodes - 1, warper, cache_len=config.cache_len
         )
@@ -163,9 +169,12 @@ def tokens_per_call(config, target, tparams, draft, dparams, t, acceptance, prom
                 rows.append(dict(method=method, n=1, depth=0, measured=1.0, expected=1.0))
                 continue
             tree = methods.build(method, n, positional, config.kchains, depth_cap)
-            ident = (tree.parents, method == "chain", methods.REPLACEMENT[method])
-            if ident in done:  # the same tree, decoder and rule as another method's
+            # A chain is a chain under either sibling rule (one child per node).
+            replacement = methods.REPLACEMENT[method]
+            ident = tree.parents if tree.max_branch == 1 else (tree.parents, replacement)
+            if ident in done:  # the same tree, decoder and rule as another method's: reused
                 row = dict(done[ident], method=method, same_as=done[ident]["method"])
+                row["expected"] = 1.0 + expected_accepted(tree, positional)
                 rows.append(row)
                 continue
             dec = _decoder(config, target, draft, warper, method, tree)
@@ -215,6 +224,8 @@ def walltime(config, target, tparams, draft, dparams, t, acceptance, costs, prom
     if chosen.parents not in {tr.parents for tr in trees.values()} and chosen.num_nodes > 1:
         trees["chosen"] = chosen
     for name, tree in trees.items():
+        if tree.max_branch == 1 and tree.num_nodes - 1 in config.gammas:
+            continue  # a chain: timed as the chain of that gamma
         decoders[name] = (_decoder(config, target, draft, warper, "sequoia", tree), tree)
     key = jax.random.PRNGKey(config.seed)
     new = config.max_new_tokens
@@ -254,7 +265,7 @@ def walltime(config, target, tparams, draft, dparams, t, acceptance, costs, prom
         row["speedup"] = ar_ms / row["ms_per_token"]
     chosen_name = next(
         (n for n, (_, tr) in decoders.items() if tr is not None and tr.parents == chosen.parents),
-        None,
+        "ar" if chosen.num_nodes == 1 else None,
     )
     jax.clear_caches()
     return {
@@ -292,12 +303,13 @@ def run(config, workdir: str) -> dict:
     draft_name = config.drafts[0]
     draft, dparams, _ = loaded["drafts"][draft_name]
     val = np.asarray(load_corpus(config.corpus, "validation", ByteTokenizer()))
-    counts = (config.reference_prompts, config.stats_prompts, config.walltime_prompts)
+    # The acceptance vectors are measured on the target's own continuations of the prompts
+    # whose tokens per call are counted: what differs between the two is the model, not the text.
+    counts = (config.stats_prompts, config.walltime_prompts)
     drawn = sample_prompts(val, sum(counts), config.prompt_len, seed=config.seed + 1).tokens
     drawn = [np.asarray(p, np.int32) for p in drawn]
-    ref_prompts = drawn[: counts[0]]
-    stat_prompts = drawn[counts[0] : counts[0] + counts[1]]
-    wall_prompts = drawn[counts[0] + counts[1] :]
+    stat_prompts, wall_prompts = drawn[: counts[0]], drawn[counts[0] :]
+    ref_prompts = stat_prompts
 
     _log("[2/4] verification cost T(k) of the target, T_draft(k) of the draft")
     costs = measure_costs(config, target, tparams, draft, dparams)
@@ -334,7 +346,13 @@ def run(config, workdir: str) -> dict:
         },
         "target": {"name": tmeta["config"]["name"], "params": int(target.config.num_params())},
         "draft": {"name": draft_name, "params": int(draft.config.num_params())},
-        "costs": {kind: {str(k): v for k, v in d.items()} for kind, d in costs.items()},
+        "costs": {
+            "t_target": {str(k): v for k, v in costs["t_target"].items()},
+            "t_draft": {str(k): v for k, v in costs["t_draft"].items()},
+            "median": {
+                kind: {str(k): v for k, v in d.items()} for kind, d in costs["median"].items()
+            },
+        },
         "temperatures": per_t,
         "seconds": time.perf_counter() - start,
     }

@@ -8,7 +8,14 @@ import numpy as np
 
 from specjax.plotting import Series, save_line_plot
 
-_COLORS = {"chain": "C0", "kchains": "C1", "binary": "C2", "sequoia": "C3"}
+_COLORS = {
+    "chain": "C0",
+    "kchains": "C1",
+    "binary": "C2",
+    "sequoia": "C3",
+    "kchains_wo": "C4",
+    "binary_wo": "C5",
+}
 
 
 def write_all(results: dict, workdir: str) -> list:

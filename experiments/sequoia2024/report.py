@@ -122,10 +122,10 @@ def format_all(results: dict) -> str:
         f"{results['host']['loadavg_start'][0]:.1f} at start, "
         f"{results['host']['loadavg_end'][0]:.1f} at end; {results['seconds']:.0f} s.",
         "",
-        "T(k) ms (target): "
+        "T(k) ms (target, fastest of the rounds: the cost model's): "
         + ", ".join(f"{k}: {v * 1e3:.3f}" for k, v in results["costs"]["t_target"].items()),
         "",
-        "T_draft(k) ms: "
+        "T_draft(k) ms (fastest): "
         + ", ".join(f"{k}: {v * 1e3:.3f}" for k, v in results["costs"]["t_draft"].items()),
     ]
     for t, block in results["temperatures"].items():
