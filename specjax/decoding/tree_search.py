@@ -213,8 +213,8 @@ def hardware_aware_tree(
         speedup(n, d) = (1 + E[accepted]) * T(1) / (T(n) + sum over the draft's calls of
                         draft_cost(tokens fed by that call)),
 
-where the draft's calls are those `TreeDrafter` makes: one per depth, feeding the root (1 token)
-and then the nodes of depths 1 .. D - 1 (the leaves are drawn, never fed): `draft_call_widths`.
+    where the draft's calls are those `TreeDrafter` makes, one per depth: the root (1 token), then
+    the nodes of depths 1 .. D - 1 (leaves are drawn, never fed); see `draft_call_widths`.
 
     then returns the best. On a CPU, T(n) grows with n and small trees win; on an accelerator
     T(n) is nearly flat up to a few hundred tokens and the same acceptance vector picks a big tree.
