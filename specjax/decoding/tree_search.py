@@ -216,7 +216,7 @@ def hardware_aware_tree(
     where the draft's calls are those `TreeDrafter` makes, one per depth: the root (1 token), then
     the nodes of depths 1 .. D - 1 (leaves are drawn, never fed); see `draft_call_widths`.
 
-    then returns the best. On a CPU, T(n) grows with n and small trees win; on an accelerator
+    It returns the best. On a CPU, T(n) grows with n and small trees win; on an accelerator
     T(n) is nearly flat up to a few hundred tokens and the same acceptance vector picks a big tree.
 
     Args:
