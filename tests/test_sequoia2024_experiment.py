@@ -125,3 +125,16 @@ def test_config_options():
         sequoia_config.get_config("methods=chain/star")
     with pytest.raises(ValueError, match="tiny"):
         sequoia_config.get_config("tiny,zoo")
+
+
+def test_standard_error_and_agreement_by_hand():
+    # Accepted counts 0, 0, 2, 2: mean 1, sample variance 4/3, SE sqrt(4/3 / 4).
+    row = {"n": 4, "parents": [-1, 0, 1], "accepted_depth_histogram": [2, 0, 2]}
+    assert report.standard_error(row) == pytest.approx((1 / 3) ** 0.5)
+    assert report.standard_error({"n": 1}) == 0.0
+    rows = [
+        dict(row, measured=2.0, expected=2.05),  # -2.4 %: within 3 % and 2 SE
+        dict(row, parents=[-1, 0, 0], measured=2.0, expected=3.3),  # off by 2.25 SE
+        {"n": 1, "measured": 1.0, "expected": 1.0},  # AR: not counted
+    ]
+    assert report.agreement(rows) == {"rows": 2, "within_3pct": 1, "within_2se": 1}

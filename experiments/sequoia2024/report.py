@@ -38,8 +38,36 @@ def acceptance_table(acceptance: dict) -> str:
     return "\n".join(lines)
 
 
+def standard_error(row: dict) -> float:
+    """Standard error of a row's measured tokens per call, from its per-iteration histogram.
+
+    Iterations are treated as independent draws of the accepted count (0 for n = 1 rows).
+    """
+    hist = np.asarray(row.get("accepted_depth_histogram") or [], np.float64)
+    if hist.sum() < 2:
+        return 0.0
+    d = np.arange(hist.size)
+    mean = (hist * d).sum() / hist.sum()
+    var = (hist * (d - mean) ** 2).sum() / (hist.sum() - 1)
+    return float(np.sqrt(var / hist.sum()))
+
+
+def agreement(rows: list) -> dict:
+    """How many rows (n > 1, each tree once) agree with the expectation within 3 % and 2 SE."""
+    seen, within3, within2se, total = set(), 0, 0, 0
+    for r in rows:
+        key = (tuple(r.get("parents") or ()), r["measured"])
+        if r["n"] == 1 or key in seen:
+            continue
+        seen.add(key)
+        total += 1
+        within3 += abs(r["measured"] / r["expected"] - 1) <= 0.03
+        within2se += abs(r["measured"] - r["expected"]) <= 2 * standard_error(r)
+    return {"rows": total, "within_3pct": within3, "within_2se": within2se}
+
+
 def tokens_table(rows: list, sizes, methods) -> str:
-    """Measured tokens per call / `expected_accepted` + 1, by size and method."""
+    """Measured tokens per call ± SE / `expected_accepted` + 1, by size and method."""
     cell = {(r["method"], r["n"]): r for r in rows}
     lines = ["| n | " + " | ".join(methods) + " |", "|---:|" + "---:|" * len(methods)]
     for n in sizes:
@@ -49,9 +77,12 @@ def tokens_table(rows: list, sizes, methods) -> str:
             if r is None:
                 cells.append("")
                 continue
-            text = f"{r['measured']:.2f} / {r['expected']:.2f}"
+            text = f"{r['measured']:.2f}"
             if n > 1:
+                text += f" ± {standard_error(r):.2f} / {r['expected']:.2f}"
                 text += f" ({r['measured'] / r['expected'] - 1:+.1%})"
+            else:
+                text += f" / {r['expected']:.2f}"
             if r.get("matches_ar") is False:
                 text += " **≠AR**"
             cells.append(text)
@@ -76,14 +107,17 @@ def depth_profile(rows: list) -> dict | None:
 
 def walltime_table(wall: dict) -> str:
     lines = [
-        "| decoder | n | depth | tokens/call | ms/token | speedup | cost model |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| decoder | n | depth | tokens/call | ms/token | speedup | cost model | iteration ms | "
+        "model calls ms | overhead ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in wall["rows"]:
         mark = " ← hardware-chosen" if r["name"] == wall["chosen"]["name"] else ""
         lines.append(
             f"| {r['name']}{mark} | {r['nodes']} | {r['depth']} | {r['tokens_per_call']:.2f} | "
-            f"{r['ms_per_token']:.3f} | {r['speedup']:.2f}× | {r['predicted_speedup']:.2f}× |"
+            f"{r['ms_per_token']:.3f} | {r['speedup']:.2f}× | {r['predicted_speedup']:.2f}× | "
+            f"{r['iteration_ms']:.3f} | {r['model_ms']:.3f} | "
+            f"{r['iteration_ms'] - r['model_ms']:.3f} |"
         )
     return "\n".join(lines)
 
@@ -135,11 +169,18 @@ def format_all(results: dict) -> str:
         rules = ", ".join(f"{m}: {ACCEPTANCE_RULE[m]}" for m in methods)
         out += [
             "",
-            "### Tokens per target call: measured / expected (1 + `expected_accepted`)",
+            "### Tokens per target call: measured ± SE / expected (1 + `expected_accepted`)",
             "",
             f"Expected from each method's positional vector ({rules}).",
             "",
             tokens_table(block["tokens_per_call"], sizes, methods),
+        ]
+        agree = agreement(block["tokens_per_call"])
+        out += [
+            "",
+            f"Distinct trees within 3 % of the expectation: {agree['within_3pct']} of "
+            f"{agree['rows']}; within two standard errors: {agree['within_2se']} of "
+            f"{agree['rows']}.",
         ]
         profile = depth_profile(block["tokens_per_call"])
         if profile:
