@@ -96,6 +96,17 @@ def test_walltime_and_hardware_choice(run):
     assert sorted(c["speedup"] for c in wall["chosen_top5"])[::-1] == [
         c["speedup"] for c in wall["chosen_top5"]
     ]
+    # The loop-aware pick: the best of each size's DP tree by whole measured iterations.
+    loop = wall["loop_choice"]
+    sizes = sorted(int(k) for k in costs["t_target"] if int(k) > 1)
+    assert [r["nodes"] for r in loop["rows"]] == sizes
+    for r in loop["rows"]:
+        assert r["predicted_speedup"] == pytest.approx(
+            r["tokens_per_call"] * loop["ar_iteration_ms"] / r["iteration_ms"]
+        )
+    assert loop["best"]["predicted_speedup"] == max(r["predicted_speedup"] for r in loop["rows"])
+    assert wall["chosen_loop"]["name"] in rows
+    assert rows[wall["chosen_loop"]["name"]]["parents"] == loop["best"]["parents"]
     verdict = report.verdict(wall)
     assert verdict["best_chain"] == "chain1"
 

@@ -28,7 +28,7 @@ import numpy as np
 from experiments.sequoia2024 import methods, plots, report
 from experiments.trees.pipeline import _round_robin, load_models
 from specjax.benchmark.alpha_generated import generate_reference
-from specjax.benchmark.costs import call_cost
+from specjax.benchmark.costs import call_cost, iteration_cost
 from specjax.data import load_corpus
 from specjax.data.batches import sample_prompts
 from specjax.data.tokenizer import ByteTokenizer
@@ -37,6 +37,7 @@ from specjax.decoding.autoregressive import AutoregressiveDecoder
 from specjax.decoding.sampling import make_warper
 from specjax.decoding.speculative import SpeculativeDecoder
 from specjax.decoding.stats import summarize_stats
+from specjax.decoding.tree import TokenTree
 from specjax.decoding.tree_decoder import TreeSpeculativeDecoder
 from specjax.decoding.tree_search import draft_call_widths, expected_accepted, hardware_aware_tree
 from specjax.rank_acceptance import rank_acceptance_on_sequences
@@ -203,12 +204,68 @@ def tokens_per_call(config, target, tparams, draft, dparams, t, acceptance, prom
     return rows
 
 
+def loop_choice(config, target, tparams, draft, dparams, warper, candidates, prompt) -> dict:
+    """Re-ranks the cost model's best tree of each size by whole measured loop iterations.
+
+    Sequoia's hardware model charges model calls only; on a CPU with a small model the loop's
+    own work per iteration (sampling, acceptance, cache compaction) is of the same order
+    (experiments/trees/RESULTS.md). Here every size's best DP tree (by the model) runs its
+    decoder's whole `step` in a device loop (`costs.iteration_cost`, fastest of the rounds,
+    round-robin with AR), and the predicted speedup is E[tokens/call] × iter(AR) / iter(tree).
+
+    Returns:
+      {"rows": [{nodes, depth, parents, tokens_per_call, iteration_ms, predicted_speedup}],
+       "best": the best row, "ar_iteration_ms": float}.
+    """
+    best_by_size = {}
+    for c in candidates:  # sorted best first
+        if c["nodes"] > 1:
+            best_by_size.setdefault(c["nodes"], c)
+    shortlist = [best_by_size[n] for n in sorted(best_by_size)]
+    programs = {"ar": (AutoregressiveDecoder(target, warper, cache_len=config.cache_len), None)}
+    for c in shortlist:
+        dec = _decoder(config, target, draft, warper, "sequoia", c["tree"])
+        programs[c["nodes"]] = (dec, c)
+    samples = {k: [] for k in programs}
+    kw = dict(steps=config.cost_steps, repeats=config.cost_repeats)
+    for _ in range(config.cost_rounds):
+        for k, (dec, c) in programs.items():
+            params = (tparams,) if c is None else (tparams, dparams)
+            samples[k].extend(iteration_cost(dec, params, [prompt], **kw).samples)
+    t_ar = float(np.min(samples["ar"]))
+    rows = []
+    for c in shortlist:
+        t_iter = float(np.min(samples[c["nodes"]]))
+        rows.append(
+            dict(
+                nodes=c["nodes"],
+                depth=c["depth"],
+                parents=list(c["tree"].parents),
+                tokens_per_call=c["tokens_per_call"],
+                iteration_ms=t_iter * 1e3,
+                predicted_speedup=c["tokens_per_call"] * t_ar / t_iter,
+            )
+        )
+    jax.clear_caches()
+    return {
+        "rows": rows,
+        "best": max(rows, key=lambda r: r["predicted_speedup"]),
+        "ar_iteration_ms": t_ar * 1e3,
+    }
+
+
 def walltime(config, target, tparams, draft, dparams, t, acceptance, costs, prompts):
-    """Experiment 3 at temperature t: AR, chains, Sequoia trees, the hardware-chosen tree."""
+    """Experiment 3 at temperature t: AR, chains, Sequoia trees, the hardware-chosen trees."""
     warper = make_warper(t)
     positional = acceptance["without"]["positional"]
     t_target, draft_cost = costs["t_target"], draft_cost_fn(costs["t_draft"])
     chosen, candidates = hardware_aware_tree(positional, t_target, draft_cost)
+    by_loop = loop_choice(config, target, tparams, draft, dparams, warper, candidates, prompts[0])
+    loop_tree = TokenTree(tuple(by_loop["best"]["parents"]))
+    _log(
+        f"    hardware choice: model calls {chosen.num_nodes} nodes (depth {chosen.max_depth}), "
+        f"whole iterations {loop_tree.num_nodes} nodes (depth {loop_tree.max_depth})"
+    )
     flat = {n: t_target[1] for n in t_target}
     flat_tree, flat_candidates = hardware_aware_tree(positional, flat, costs["t_draft"][1])
     decoders = {"ar": (AutoregressiveDecoder(target, warper, cache_len=config.cache_len), None)}
@@ -221,8 +278,9 @@ def walltime(config, target, tparams, draft, dparams, t, acceptance, costs, prom
     for n in config.sizes:
         if n >= 4 and "sequoia" in config.methods:
             trees[f"sequoia{n}"] = methods.build("sequoia", n, positional, config.kchains)
-    if chosen.parents not in {tr.parents for tr in trees.values()} and chosen.num_nodes > 1:
-        trees["chosen"] = chosen
+    for name, tree in (("chosen", chosen), ("chosen_loop", loop_tree)):
+        if tree.parents not in {tr.parents for tr in trees.values()} and tree.num_nodes > 1:
+            trees[name] = tree
     for name, tree in trees.items():
         if tree.max_branch == 1 and tree.num_nodes - 1 in config.gammas:
             continue  # a chain: timed as the chain of that gamma
@@ -263,10 +321,15 @@ def walltime(config, target, tparams, draft, dparams, t, acceptance, costs, prom
     ar_ms = out[0]["ms_per_token"]
     for row in out:
         row["speedup"] = ar_ms / row["ms_per_token"]
-    chosen_name = next(
-        (n for n, (_, tr) in decoders.items() if tr is not None and tr.parents == chosen.parents),
-        "ar" if chosen.num_nodes == 1 else None,
-    )
+
+    def name_of(tree):
+        if tree.num_nodes == 1:
+            return "ar"
+        return next(
+            n for n, (_, tr) in decoders.items() if tr is not None and tr.parents == tree.parents
+        )
+
+    chosen_name, loop_name = name_of(chosen), name_of(loop_tree)
     jax.clear_caches()
     return {
         "rows": out,
@@ -278,6 +341,8 @@ def walltime(config, target, tparams, draft, dparams, t, acceptance, costs, prom
             "predicted_speedup": candidates[0]["speedup"],
         },
         "chosen_top5": [_candidate(c) for c in candidates[:5]],
+        "chosen_loop": dict(by_loop["best"], name=loop_name),
+        "loop_choice": by_loop,
         "flat": {
             "parents": list(flat_tree.parents),
             "nodes": flat_tree.num_nodes,

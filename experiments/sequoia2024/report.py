@@ -112,7 +112,12 @@ def walltime_table(wall: dict) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in wall["rows"]:
-        mark = " ← hardware-chosen" if r["name"] == wall["chosen"]["name"] else ""
+        marks = []
+        if r["name"] == wall["chosen"]["name"]:
+            marks.append("model's pick")
+        if r["name"] == wall.get("chosen_loop", {}).get("name"):
+            marks.append("loop-aware pick")
+        mark = f" ← {', '.join(marks)}" if marks else ""
         lines.append(
             f"| {r['name']}{mark} | {r['nodes']} | {r['depth']} | {r['tokens_per_call']:.2f} | "
             f"{r['ms_per_token']:.3f} | {r['speedup']:.2f}× | {r['predicted_speedup']:.2f}× | "
@@ -133,10 +138,12 @@ def verdict(wall: dict) -> dict:
         best_tree = max(trees, key=lambda r: r["speedup"])
         out.update(best_tree=best_tree["name"], best_tree_speedup=best_tree["speedup"])
         out["best_tree_vs_best_chain"] = best_tree["speedup"] / best_chain["speedup"]
-    chosen = next((r for r in rows if r["name"] == wall["chosen"]["name"]), None)
-    if chosen is not None:
-        out.update(chosen=chosen["name"], chosen_speedup=chosen["speedup"])
-        out["chosen_vs_best_chain"] = chosen["speedup"] / best_chain["speedup"]
+    for key in ("chosen", "chosen_loop"):
+        pick = next((r for r in rows if r["name"] == wall.get(key, {}).get("name")), None)
+        if pick is not None:
+            out[key] = pick["name"]
+            out[f"{key}_speedup"] = pick["speedup"]
+            out[f"{key}_vs_best_chain"] = pick["speedup"] / best_chain["speedup"]
     return out
 
 
@@ -202,13 +209,36 @@ def format_all(results: dict) -> str:
                 else ""
             )
             + (
-                f"; hardware-chosen tree ({_tree_text(wall['chosen'])}) "
+                f"; the cost model's pick ({_tree_text(wall['chosen'])}) "
                 f"{v['chosen_speedup']:.2f}× = {v['chosen_vs_best_chain']:.2f} × the best chain"
                 if "chosen" in v
                 else ""
             )
+            + (
+                f"; the loop-aware pick ({_tree_text(wall['chosen_loop'])}) "
+                f"{v['chosen_loop_speedup']:.2f}× = {v['chosen_loop_vs_best_chain']:.2f} × the "
+                "best chain"
+                if "chosen_loop" in v
+                else ""
+            )
             + "."
         )
+        if "loop_choice" in wall:
+            lc = wall["loop_choice"]
+            out += [
+                "",
+                f"Loop-aware choice: each size's best DP tree by the cost model, its decoder's "
+                f"whole iteration timed in-loop (AR: {lc['ar_iteration_ms']:.3f} ms):",
+                "",
+                "| n | depth | expected tokens/call | iteration ms | predicted speedup |",
+                "|---:|---:|---:|---:|---:|",
+            ]
+            out += [
+                f"| {r['nodes']} | {r['depth']} | {r['tokens_per_call']:.2f} | "
+                f"{r['iteration_ms']:.3f} | {r['predicted_speedup']:.2f}× |"
+                for r in lc["rows"]
+            ]
+            out.append("")
         out += [
             line,
             "",
