@@ -42,7 +42,8 @@ class PipelineOutput:
       text: the continuation (str for one prompt, list[str] for a list), cut at EOS.
       stats: host-side statistics: "alpha" (speculative only), "tokens_per_iteration",
         "target_calls", "new_tokens", "seconds", "ms_per_token", "includes_compile" (the timed
-        call compiled its program first), everything of `GenerationResult.summary()`, and with
+        call was this Pipeline's first with this decoder and prompt shape, so its time may
+        include compilation), everything of `GenerationResult.summary()`, and with
         baseline=True "ar_ms_per_token", "speedup" and, when greedy, "greedy_identical".
       new_tokens: generated ids per prompt (int arrays, EOS included when emitted).
       result: the decoder's `GenerationResult`.
