@@ -8,6 +8,7 @@ shared by the tests through the module's one Pipeline.
 import jax
 import numpy as np
 import pytest
+from decoding_setup import random_params
 
 import specjax
 from specjax.checkpoint import export_model, model_config_to_dict
@@ -16,7 +17,6 @@ from specjax.data.text_stream import TextStream
 from specjax.decoding import AutoregressiveDecoder, SpeculativeDecoder, make_warper
 from specjax.models import TransformerConfig, TransformerLM
 from specjax.models.build import truncated
-from tests.decoding_setup import random_params
 
 CACHE_LEN = 64
 TARGET = TransformerLM(
