@@ -1,8 +1,10 @@
 """The notebooks in notebooks/: committed without outputs, and each runs top to bottom.
 
 Execution: every notebook in its small mode (SPECJAX_NOTEBOOK_SMALL=1: seconds-sized models and
-measurements) in a fresh Jupyter kernel, cell by cell, from notebooks/ as Colab or Jupyter would
-start it; any cell that raises fails the test with the cell's traceback. The notebooks share a
+measurements) in a fresh Jupyter kernel, cell by cell, started in a notebooks/ directory beside
+links to the checkout's code (so its install cell finds the repository root through `..`, as in
+a checkout, and its runs/ land in a temporary directory); any cell that raises fails the test
+with the cell's traceback. The notebooks share a
 temporary model cache (SPECJAX_CACHE), so the tiny models are trained once, by the first.
 Needs nbclient, nbformat and ipykernel (the `[test]` extra).
 """
