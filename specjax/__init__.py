@@ -33,3 +33,7 @@ def __getattr__(name):
 
         return getattr(pipeline, name)
     raise AttributeError(f"module 'specjax' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | _LAZY)
