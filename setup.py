@@ -32,7 +32,16 @@ setup(
         "matplotlib>=3.8",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-xdist>=3.5", "scipy>=1.11", "ruff>=0.6"],
+        # nbclient, nbformat, ipykernel: tests/test_notebooks.py runs notebooks/*.ipynb.
+        "test": [
+            "pytest>=8",
+            "pytest-xdist>=3.5",
+            "scipy>=1.11",
+            "ruff>=0.6",
+            "nbclient>=0.10",
+            "nbformat>=5.9",
+            "ipykernel>=6.25",
+        ],
         # Hugging Face interop: torch is pinned to the CPU build the project is tested with.
         "hf": ["torch==2.13.0", "transformers>=5.0", "safetensors>=0.4", "tokenizers>=0.19"],
     },

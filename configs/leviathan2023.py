@@ -14,7 +14,10 @@ experiments/leviathan2023/README.md.
 Trained models are cached under ~/.cache/specjax/models (keyed by their training config), so a
 second run only measures. Hardware: our 2-core CPU; runtimes in the README.
 
-String options (comma-separated): `tiny`, `corpus=python|shakespeare`, `gammas=1/2/4`,
+    # Seconds-sized models and measurements (what CI runs the notebooks with; no useful figures).
+    python -m experiments.main --config=configs/leviathan2023.py:smoke --workdir=/tmp/lev-smoke
+
+String options (comma-separated): `tiny`, `smoke`, `corpus=python|shakespeare`, `gammas=1/2/4`,
 `repeats=5`, `drafts=bigram/draft_m` (subset of the drafts below).
 """
 
@@ -24,6 +27,7 @@ from configs.options import parse_options
 
 _DRAFTS_FULL = ("unigram", "bigram", "draft_s", "draft_m", "draft_l", "draft_m_distilled")
 _DRAFTS_TINY = ("unigram", "bigram", "mini_draft", "mini_draft_distilled")
+_DRAFTS_SMOKE = ("bigram",)
 
 # Model sizes the tiny pipeline trains in minutes (the zoo's sizes live in configs/train.py).
 MINI_SIZES = {
@@ -39,7 +43,7 @@ def _parse(arg):
         strs=("corpus",),
         int_lists=("gammas",),
         str_lists=("drafts",),
-        switches=("tiny",),
+        switches=("tiny", "smoke"),
     )
 
 
@@ -81,4 +85,28 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
     config.iteration_steps = 32
     config.cost_context = 64
     config.seed = 0
+    if options.get("smoke"):
+        _smoke(config, options)
     return config
+
+
+def _smoke(config, options) -> None:
+    """Seconds-sized: the zoo's test target (tiny_target, 20 training steps), the bigram draft,
+    few and short prompts, t = 0 only, γ = 2, one repeat (each γ costs compiles). Checks that
+    everything runs; the figures mean little. The notebooks' small mode uses it."""
+    config.tiny = True
+    config.target = "tiny_target"
+    config.temperatures = (0.0,)
+    config.drafts = options.get("drafts", _DRAFTS_SMOKE)
+    config.gammas = options.get("gammas", (2,))
+    config.repeats = int(options.get("repeats", 1))
+    config.cache_len = 64
+    config.alpha_prompts = 4
+    config.alpha_prompt_len = 8
+    config.alpha_new_tokens = 16
+    config.walltime_prompts = 1
+    config.walltime_prompt_len = 8
+    config.max_new_tokens = 16
+    config.cost_steps = 2
+    config.iteration_steps = 2
+    config.cost_context = 16

@@ -3,10 +3,37 @@
 Importing specjax changes no process state. On CPU call `specjax.configure_cpu()` before the
 first JAX computation (see `specjax.runtime`): without it XLA:CPU copies the KV caches on every
 decoding step.
+
+    pipe = specjax.Pipeline.from_pretrained(target="/ckpt/target", draft="/ckpt/draft")
+    out = pipe.generate("def fibonacci(n):", max_new_tokens=128, temperature=0.7, gamma=4)
+
+`Pipeline` (text in, text out; `specjax/pipeline.py`) is imported on first use, so
+`import specjax` stays as light as before.
 """
 
 from specjax.runtime import configure_cpu, warn_if_cpu_unconfigured
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "configure_cpu", "warn_if_cpu_unconfigured"]
+__all__ = [
+    "Pipeline",
+    "PipelineOutput",
+    "__version__",
+    "configure_cpu",
+    "warn_if_cpu_unconfigured",
+]
+
+_LAZY = {"Pipeline", "PipelineOutput"}
+
+
+def __getattr__(name):
+    # PEP 562: `specjax.Pipeline` imports jax, flax and the decoders only when first used.
+    if name in _LAZY:
+        from specjax import pipeline
+
+        return getattr(pipeline, name)
+    raise AttributeError(f"module 'specjax' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | _LAZY)

@@ -22,7 +22,6 @@ PACKAGE = os.path.join(ROOT, "specjax")
 # Floors, lowest first: a node may import nodes on its own floor (without a cycle) or below.
 FLOORS = {
     # Helpers with no specjax dependency beyond each other.
-    "specjax": 0,
     "specjax.checks": 0,
     "specjax.runtime": 0,
     "specjax.theory": 0,
@@ -47,6 +46,13 @@ FLOORS = {
     # Re-exports of modules moved into training/ (issue #13) sit above what they re-export.
     "specjax.distill": 5,
     "specjax.sharded_train": 5,
+    # Loading a model + tokenizer from a path (checkpoints, HF conversion, the byte tokenizer).
+    "specjax.pretrained": 3,
+    # The one-call text API builds on decoding, loading and timing.
+    "specjax.pipeline": 4,
+    # The package's own __init__ re-exports the top of the library (`specjax.Pipeline`, lazily),
+    # so it sits above everything; nothing in the library imports bare `specjax`.
+    "specjax": 6,
 }
 OUTSIDE = ("experiments", "configs", "scripts", "tests")
 

@@ -64,16 +64,16 @@ def train_config(size: str, config, distill_from=None):
     return cfg
 
 
-def ensure_model(cfg, workdir: str, log=print):
-    """Loads the exported weights of `cfg`, training them first if they are not cached.
+def ensure_model_dir(cfg, workdir: str, log=print) -> str:
+    """The directory of the exported weights of `cfg`, training them first if not cached.
 
-    Returns:
-      (TransformerLM, params, meta).
+    The directory loads with `specjax.checkpoint.load_model` or
+    `specjax.Pipeline.from_pretrained`.
     """
     cache_dir = zoo.model_cache_dir(cfg.to_dict())
     if os.path.isdir(cache_dir):
         log(f"  {cfg.name}: cached weights {cache_dir}")
-        return load_model(cache_dir)
+        return cache_dir
     log(f"  {cfg.name}: training {cfg.num_steps} steps (resumable in {workdir}) ...")
     summary = train_and_evaluate(cfg, os.path.join(workdir, "train", cfg.name))
     if summary.get("stopped"):
@@ -83,7 +83,16 @@ def ensure_model(cfg, workdir: str, log=print):
         f"  {cfg.name}: trained in {summary['train_seconds']:.0f} s, "
         f"val bits/byte {evaluation.get('bits_per_byte', float('nan')):.3f}"
     )
-    return load_model(summary["export_dir"])
+    return summary["export_dir"]
+
+
+def ensure_model(cfg, workdir: str, log=print):
+    """Loads the exported weights of `cfg`, training them first if they are not cached.
+
+    Returns:
+      (TransformerLM, params, meta).
+    """
+    return load_model(ensure_model_dir(cfg, workdir, log))
 
 
 def load_all(config, workdir: str, log=print) -> dict:
@@ -105,9 +114,23 @@ def load_all(config, workdir: str, log=print) -> dict:
             out["drafts"][name] = (NgramLM(ByteTokenizer().vocab_size, order), params, {})
             log(f"  {name}: fitted on {train_tokens.size} training tokens")
             continue
-        distill = name.endswith(DISTILLED_SUFFIX)
-        size = name[: -len(DISTILLED_SUFFIX)] if distill else name
-        cfg = train_config(size, config, distill_from=target_cfg if distill else None)
-        model, params, meta = ensure_model(cfg, workdir, log)
-        out["drafts"][name] = (model, params, meta)
+        out["drafts"][name] = load_model(model_dir(name, config, workdir, log))
     return out
+
+
+def model_dir(name: str, config, workdir: str, log=print) -> str:
+    """The exported weights of one of the pipeline's transformers, trained first if not cached.
+
+    Args:
+      name: `config.target`, or a transformer draft of `config.drafts` ("<size>" or
+        "<size>_distilled", distilled from `config.target`).
+      config: the pipeline config.
+      workdir: where training runs keep their checkpoints.
+
+    Returns:
+      A directory for `specjax.checkpoint.load_model` or `specjax.Pipeline.from_pretrained`.
+    """
+    distill = name.endswith(DISTILLED_SUFFIX)
+    size = name[: -len(DISTILLED_SUFFIX)] if distill else name
+    target_cfg = train_config(config.target, config) if distill else None
+    return ensure_model_dir(train_config(size, config, distill_from=target_cfg), workdir, log)

@@ -17,6 +17,29 @@ TOKENS_TOL = 0.03
 SPEEDUP_TOL = 0.10
 
 
+# The paper's own figures (Leviathan et al. 2023, Tables 2 and 3) that our tables mirror:
+# (setting, draft, α at t=0 / t=1, c, best γ, speedup at t=0 / t=1); None where not reported.
+PAPER_ROWS = (
+    ("GPT-like 97M target, lm1b", "unigram", ".03", None, None, None),
+    ("GPT-like 97M target, lm1b", "bigram", ".05", None, None, None),
+    ("GPT-like 97M target, lm1b", "6M transformer", ".88 / .89", None, None, None),
+    ("T5-XXL (11B) EnDe", "T5-small (77M)", ".75 / .62", "0.02", "7", "3.4× / 2.6×"),
+    ("T5-XXL (11B)", "T5-base", None, "0.04", None, None),
+    ("T5-XXL (11B)", "T5-large", None, "0.11", None, None),
+)
+
+
+def format_paper() -> str:
+    """The paper's figures beside which our tables stand (experiments/leviathan2023/README.md)."""
+    head = f"{'paper setting':<27}{'draft':<16}{'α (t=0 / t=1)':<15}{'c':<6}{'γ':<3}speedup"
+    lines = ["The paper's figures (Leviathan et al. 2023, Tables 2-3)", head]
+    for setting, draft, alpha, c, gamma, speedup in PAPER_ROWS:
+        cells = [alpha, c, gamma, speedup]
+        alpha, c, gamma, speedup = ("" if v is None else v for v in cells)
+        lines.append(f"{setting:<27}{draft:<16}{alpha:<15}{c:<6}{gamma:<3}{speedup}".rstrip())
+    return "\n".join(lines)
+
+
 def table3_rows(results: dict) -> list[dict]:
     """One row per draft: params, α at each temperature, c."""
     rows = []
@@ -147,6 +170,55 @@ def format_all(results: dict) -> str:
     )
 
 
+def plot_speedup_vs_gamma(path: str, curves, title: str) -> str:
+    """Measured speedup by γ (dots) with the three predictions (lines), one colour per draft.
+
+    Args:
+      path: the PNG to write.
+      curves: [(draft name, rows)], rows as `WalltimeRow.as_dict()` of each γ.
+      title: the plot's title.
+
+    Returns:
+      `path`.
+    """
+    series = []
+    for i, (name, per_gamma) in enumerate(curves):
+        color = f"C{i}"
+        g = [r["gamma"] for r in per_gamma]
+        series.append(
+            Series(
+                g,
+                [r["speedup"] for r in per_gamma],
+                f"{name} measured",
+                color=color,
+                marker="o",
+                linestyle="",
+            )
+        )
+        loop = [r.get("predicted_speedup_loop") for r in per_gamma]
+        if all(p is not None for p in loop):
+            series.append(Series(g, loop, None, color=color, linestyle="--"))
+        pred = [r["predicted_speedup_measured"] for r in per_gamma]
+        if all(p is not None for p in pred):
+            series.append(Series(g, pred, None, color=color, linestyle="-."))
+        paper = [r["predicted_speedup_paper"] for r in per_gamma]
+        series.append(Series(g, paper, None, color=color, linestyle=":"))
+    save_line_plot(
+        path,
+        series,
+        xlabel="γ",
+        ylabel="speedup over autoregressive",
+        hline=1.0,
+        title=title,
+        style_legend=(
+            ("--", "loop model (measured iterations)"),
+            ("-.", "model calls only"),
+            (":", "paper formula"),
+        ),
+    )
+    return path
+
+
 def write_all(results: dict, workdir: str) -> None:
     """CSV tables and PNG plots next to results.json."""
     _write_csv(os.path.join(workdir, "table3.csv"), table3_rows(results))
@@ -156,41 +228,8 @@ def write_all(results: dict, workdir: str) -> None:
         temp, name = key.split("/", 1)
         by_temp.setdefault(temp, []).append((name, per_gamma))
     for temp, curves in by_temp.items():
-        series = []
-        for i, (name, per_gamma) in enumerate(curves):
-            color = f"C{i}"
-            g = [r["gamma"] for r in per_gamma]
-            series.append(
-                Series(
-                    g,
-                    [r["speedup"] for r in per_gamma],
-                    f"{name} measured",
-                    color=color,
-                    linestyle="",
-                    marker="o",
-                )
-            )
-            loop = [r.get("predicted_speedup_loop") for r in per_gamma]
-            if all(p is not None for p in loop):
-                series.append(Series(g, loop, None, color=color, linestyle="--"))
-            pred = [r["predicted_speedup_measured"] for r in per_gamma]
-            if all(p is not None for p in pred):
-                series.append(Series(g, pred, None, color=color, linestyle="-."))
-            paper = [r["predicted_speedup_paper"] for r in per_gamma]
-            series.append(Series(g, paper, None, color=color, linestyle=":"))
-        save_line_plot(
-            os.path.join(workdir, f"speedup_vs_gamma_{temp}.png"),
-            series,
-            xlabel="γ",
-            ylabel="speedup over autoregressive",
-            hline=1.0,
-            title=f"Speculative speedup at {temp.replace('t', 't=')}",
-            style_legend=(
-                ("--", "loop model (measured iterations)"),
-                ("-.", "model calls only"),
-                (":", "paper formula"),
-            ),
-        )
+        title = f"Speculative speedup at {temp.replace('t', 't=')}"
+        plot_speedup_vs_gamma(os.path.join(workdir, f"speedup_vs_gamma_{temp}.png"), curves, title)
     rows = table3_rows(results)
     labels, values = [], []
     for r in rows:
