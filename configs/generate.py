@@ -143,7 +143,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     # New tokens per prompt (a row stops earlier if it emits EOS).
     config.max_new_tokens = 64
-    # Positions per row in the KV caches (prompt bucket + max_new_tokens + gamma must fit).
+    # Positions per row in the KV caches (longest prompt + max_new_tokens + gamma must fit).
     config.cache_len = 256
     # Smallest padded prompt width (prompts are bucketed to powers of two above it).
     config.min_bucket = 16

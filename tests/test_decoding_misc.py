@@ -291,8 +291,9 @@ def test_bad_prompts_and_budgets_raise_naming_the_argument(ar, spec):
         ([np.array([1, 2])], 0, ValueError, "max_new_tokens must be >= 1"),
         ([np.array([1, 2])], -3, ValueError, "max_new_tokens must be >= 1"),
         ([np.array([1, 2])], 2.5, TypeError, "max_new_tokens must be an integer"),
-        ([np.arange(40) % V], 4, ValueError, "exceeds cache_len=64"),
-        ([np.array([1, 2])], 60, ValueError, "max_new_tokens"),
+        # Real lengths count, not the 64-token bucket: 61 + 4 (+ 4 lookahead) > 64.
+        ([np.arange(61) % V], 4, ValueError, "exceeds cache_len=64"),
+        ([np.array([1, 2])], 63, ValueError, "max_new_tokens"),  # 2 + 63 > 64
     ]
     for prompts, max_new, error, match in cases:
         for call in both(prompts, max_new):

@@ -33,7 +33,7 @@ def generate_reference(
       prompts: int [batch, P] (equal lengths, so all sequences align).
       temperature: sampling temperature (0 = greedy).
       new_tokens: tokens generated per prompt.
-      cache_len: decoder cache length (>= bucketed P + new_tokens).
+      cache_len: decoder cache length (>= P + new_tokens).
       seed: PRNG seed.
 
     Returns:

@@ -3,7 +3,12 @@
     from specjax.decoding import SpeculativeDecoder, make_warper
 
     decoder = SpeculativeDecoder(target, draft, gamma=4, warper=make_warper(temperature=1.0))
-    result = decoder.generate(target_params, draft_params, prompts, key, max_new_tokens=64)
+    result = decoder.generate(
+        target_params, draft_params, prompts=prompts, key=key, max_new_tokens=64
+    )
+
+Every decoder is called alike: its models' params first (target, then draft), then keywords
+(`loop.py`'s docstring; the older positional forms are the same signatures).
 
 The seams (see each module's docstring):
   * `loop.py`: one driver (`generate`, `stream`, the jitted programs) for any decoder that offers

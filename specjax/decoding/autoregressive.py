@@ -29,13 +29,14 @@ class AutoregressiveDecoder:
     Attributes:
       model: any specjax model (see models/interface.py).
       warper: how logits become the sampling distribution (temperature 0 = greedy).
-      cache_len: positions per row in caches and the output buffer (static).
+      cache_len: positions per row in caches and the output buffer (static). None (the
+        default): the model's position limit (its learned position table), else 512.
       min_bucket: smallest padded prompt width.
     """
 
     model: Any
     warper: Warper
-    cache_len: int = 512
+    cache_len: int | None = None
     min_bucket: int = 16
 
     def __post_init__(self):
@@ -43,8 +44,7 @@ class AutoregressiveDecoder:
             raise TypeError(
                 f"warper must be a specjax Warper (make_warper(...)); got {self.warper!r}"
             )
-        if self.cache_len < 2:
-            raise ValueError(f"cache_len must be >= 2, got {self.cache_len}")
+        loop.resolve_cache_len(self)
 
     # -- the loop driver's protocol --------------------------------------------------------
 
@@ -97,6 +97,10 @@ class AutoregressiveDecoder:
 
     def generate(self, params, prompts, key, max_new_tokens: int, eos_id: int | None = None):
         """Generates up to `max_new_tokens` per prompt in one jitted call.
+
+        Every decoder is called alike: its models' params first (here one pytree), then
+        keywords: `generate(params, prompts=..., key=..., max_new_tokens=...)` (see
+        `decoding/loop.py`); the positional form `generate(params, prompts, key, n)` is the same.
 
         Args:
           params: model parameters.

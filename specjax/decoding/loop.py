@@ -4,7 +4,8 @@ A decoder (autoregressive, speculative, and every later one: trees, beams, hiera
 only what is its own, through the `Decoder` protocol:
 
     models           tuple: one entry per params argument (target first), in params order
-    cache_len        positions per row in caches and in the output buffer
+    cache_len        positions per row in caches and in the output buffer (a decoder's field;
+                     None at construction means the models' position limit: `resolve_cache_len`)
     min_bucket       smallest padded prompt width
     lookahead        positions a step may write past the tokens it emits (γ for speculation)
     tokens_per_step  most tokens one step emits per row (γ + 1 for speculation)
@@ -12,7 +13,13 @@ only what is its own, through the `Decoder` protocol:
     init(params, prompts, prompt_lengths, key, max_new_tokens, eos_id) -> LoopState
     step(params, state) -> LoopState
 
-`params` is a tuple with one pytree per entry of `models`. This module then does the rest once:
+`params` is a tuple with one pytree per entry of `models`. Every decoder's host-facing methods
+take them the same way: `decoder.generate(*params, prompts=..., key=..., max_new_tokens=...,
+eos_id=None)` (one params pytree per model, target first, then keywords; `stream` alike, and
+`ShardedDecoder.generate` too). The older positional forms, `generate(params, prompts, key, n)`
+and `generate(target_params, draft_params, prompts, key, n)`, are the same signatures.
+
+This module then does the rest once:
 host-side prompt checks and bucketing (`prepare`), the device loop (`generate`), the Python loop
 that yields each step's tokens (`stream`), and the jitted `init` / `step` / whole-loop programs
 that benchmarks, tests and `ShardedDecoder` reuse. It takes decoders through the protocol and
@@ -44,6 +51,7 @@ from specjax.decoding.state import (
     init_sequences,
     init_stats,
 )
+from specjax.models.interface import position_limit as model_position_limit
 from specjax.models.interface import state_logical_axes
 
 
@@ -161,14 +169,72 @@ def running(s: LoopState) -> jax.Array:
     return ~jnp.all(s.seq.done)
 
 
+# A decoder's cache length when no model bounds positions (RoPE, n-gram tables, prompt lookup).
+DEFAULT_CACHE_LEN = 512
+
+
+def model_names(models) -> tuple:
+    """What errors call each entry of `models`: ("model",) or ("target", "draft", ...)."""
+    if len(models) == 1:
+        return ("model",)
+    return ("target",) + tuple("draft" if i == 1 else f"model {i}" for i in range(1, len(models)))
+
+
+def position_limit(models) -> tuple:
+    """(limit, name): the tightest position limit among `models` and which model has it, or
+    (None, None) when none has one (see `models.interface.position_limit`)."""
+    limits = [
+        (limit, name)
+        for model, name in zip(models, model_names(models), strict=True)
+        if (limit := model_position_limit(model)) is not None
+    ]
+    return min(limits, key=lambda x: x[0]) if limits else (None, None)
+
+
+def resolve_cache_len(decoder) -> None:
+    """Checks a decoder's `cache_len` against its models, or sets it when None (at construction).
+
+    None becomes the models' position limit (the smallest learned position table among target
+    and draft), or DEFAULT_CACHE_LEN when no model has one. An explicit value must be an integer
+    >= 2 that no model's position table is shorter than.
+    """
+    limit, name = position_limit(decoder.models)
+    cache_len = decoder.cache_len
+    if cache_len is None:
+        cache_len = DEFAULT_CACHE_LEN if limit is None else limit
+        object.__setattr__(decoder, "cache_len", cache_len)
+    if isinstance(cache_len, bool) or not isinstance(cache_len, int) or cache_len < 2:
+        raise ValueError(f"cache_len must be an integer >= 2 (or None), got {cache_len!r}")
+    if limit is not None and cache_len > limit:
+        raise ValueError(
+            f"cache_len={cache_len} exceeds the {name}'s position limit: its learned position "
+            f"table has {limit} positions (max_len={limit}); pass cache_len <= {limit}, or "
+            "leave cache_len unset (None: the models' limit)"
+        )
+
+
 def prepare(decoder: Decoder, prompts, max_new_tokens):
     """Host-side validation and bucketing of prompts.
+
+    The bucket is capped at `decoder.cache_len`, and capacity is checked with the real prompt
+    lengths: the longest prompt + max_new_tokens + the decoder's lookahead must fit in the cache
+    (padding is never attended, and what would fall past the buffer is never written).
 
     Returns:
       (tokens int32 [batch, bucket], lengths int32 [batch]) as device arrays.
     """
-    tokens, lengths = prompt_lib.pad_prompts(prompts, decoder.vocab_size, 0, decoder.min_bucket)
-    prompt_lib.check_capacity(tokens.shape[1], max_new_tokens, decoder.lookahead, decoder.cache_len)
+    tokens, lengths = prompt_lib.pad_prompts(
+        prompts, decoder.vocab_size, 0, decoder.min_bucket, max_width=decoder.cache_len
+    )
+    limit, name = position_limit(decoder.models)
+    prompt_lib.check_capacity(
+        int(lengths.max()),
+        max_new_tokens,
+        decoder.lookahead,
+        decoder.cache_len,
+        position_limit=limit,
+        limited_by=name,
+    )
     return jnp.asarray(tokens), jnp.asarray(lengths)
 
 

@@ -162,6 +162,10 @@ class SpeculativeSteps:
     ) -> GenerationResult:
         """Generates up to `max_new_tokens` per prompt in one jitted call.
 
+        Every decoder is called alike: its models' params first (target, then draft), then
+        keywords: `generate(target_params, draft_params, prompts=..., key=...,
+        max_new_tokens=...)` (see `decoding/loop.py`); the positional form is the same.
+
         Args:
           target_params: target parameters.
           draft_params: draft parameters ({} for parameter-free drafts).
@@ -204,7 +208,9 @@ class SpeculativeDecoder(SpeculativeSteps):
         decoder's warper), or a `Drafter` (e.g. `LookupDrafter`, another speculative decoder).
       gamma: drafted tokens per iteration (static, >= 1).
       warper: applied to both models' logits (temperature 0 = greedy).
-      cache_len: positions per row in caches and the output buffer.
+      cache_len: positions per row in caches and the output buffer. None (the default): the
+        models' position limit (the smaller learned position table of target and draft), else
+        512.
       min_bucket: smallest padded prompt width.
       unroll_draft: for a model draft, unroll its γ-step scan (see `ModelDrafter.unroll`, and
         `AdaptiveDrafter.unroll` with a gamma_policy).
@@ -219,7 +225,7 @@ class SpeculativeDecoder(SpeculativeSteps):
     draft: Any
     gamma: int
     warper: Warper
-    cache_len: int = 512
+    cache_len: int | None = None
     min_bucket: int = 16
     unroll_draft: bool | None = None
     accept: Callable = speculative_accept
@@ -246,6 +252,7 @@ class SpeculativeDecoder(SpeculativeSteps):
             )
         if not callable(self.accept):
             raise TypeError(f"accept must be an acceptance rule (a function); got {self.accept!r}")
+        loop.resolve_cache_len(self)
 
     @property
     def drafter(self) -> Drafter:

@@ -19,6 +19,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.decoding import loop
 from specjax.decoding.drafters import is_drafter
 from specjax.decoding.sampling import Warper
 from specjax.decoding.speculative import SpeculativeSteps
@@ -41,7 +42,9 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
       warper: applied to both models' logits (temperature 0 = greedy).
       replacement: sampled siblings are independent (True, SpecInfer) or drawn without
         replacement (False, Sequoia).
-      cache_len: positions per row in caches and the output buffer.
+      cache_len: positions per row in caches and the output buffer. None (the default): the
+        models' position limit (the smaller learned position table of target and draft), else
+        512.
       min_bucket: smallest padded prompt width.
       children: for a model draft, "sample", "top_k" or "auto" (see `TreeDrafter`).
     """
@@ -51,7 +54,7 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
     tree: TokenTree
     warper: Warper
     replacement: bool = True
-    cache_len: int = 512
+    cache_len: int | None = None
     min_bucket: int = 16
     children: str = "auto"
 
@@ -79,6 +82,7 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
             raise TypeError(f"replacement must be True or False; got {self.replacement!r}")
         if self.children not in CHILDREN_MODES:
             raise ValueError(f"children must be one of {CHILDREN_MODES}; got {self.children!r}")
+        loop.resolve_cache_len(self)
 
     @property
     def drafter(self):

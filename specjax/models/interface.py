@@ -19,6 +19,9 @@ and optionally
     forward(...same arguments...) -> ModelOutput(logits, state, hidden)
         hidden: the last hidden states [batch, T, embed] that feed the output layer (for drafts
         that read the target's features, EAGLE/Medusa style), or None for table models.
+    max_positions: int | None
+        the most positions it can read (a learned position table's size); absent or None: no
+        bound. Decoders default their `cache_len` to it (`position_limit`).
 
 Rollback is `rollback(state, lengths)` (`kv_cache.py`). A state may also offer
 `select(starts, index)`: keep the entries at slots starts[b] + index[b, j] by moving them to
@@ -89,6 +92,13 @@ def causal_mask(positions: jax.Array, max_len: int) -> jax.Array:
     draft; both are hidden.
     """
     return jnp.arange(max_len)[None, None, :] <= positions[:, :, None]
+
+
+def position_limit(model) -> int | None:
+    """Most positions `model` can read (its `max_positions`: a learned position table's size),
+    or None when nothing bounds them (RoPE, n-gram tables, prompt lookup)."""
+    limit = getattr(model, "max_positions", None)
+    return None if limit is None else int(limit)
 
 
 def state_logical_axes(state) -> Any:

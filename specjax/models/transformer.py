@@ -158,6 +158,12 @@ class TransformerLM(ApplyFromForward):
         )
         return nn.get_partition_spec(abstract)["params"]
 
+    @property
+    def max_positions(self) -> int | None:
+        """Most positions the model can read: its learned position table's size (GPT-2 style),
+        or None for RoPE (no table; `TransformerConfig.max_len` is then advisory)."""
+        return self.config.max_len if self.config.positions == "learned" else None
+
     def init_state(self, batch: int, max_len: int) -> KVCache:
         """An empty KV cache holding up to `max_len` positions per row."""
         cfg = self.config
