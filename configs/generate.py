@@ -7,15 +7,28 @@ acceptance rule).
 Launch (from the repository root; CPU):
 
     python -m experiments.main --config=configs/generate.py --workdir=runs/generate
+    python -m experiments.main --config=configs/generate.py --config.prompt="def f(x):|import re"
     python -m experiments.main --config=configs/generate.py:draft=bigram,gamma=4,temperature=0
     python -m experiments.main --config=configs/generate.py:tiny,draft=self --workdir=/tmp/gen
 
-Runtime on our 2-core CPU (AMD EPYC, jax 0.10.2), measured while other jobs shared the cores:
-the default (target d=512/8 layers, draft d=128/2 layers, 3 prompts x 64 new tokens, 3 timed
-repeats) took 60 s wall / 38 s CPU, most of it compilation; `tiny` took 21 s wall / 12 s CPU.
-Models are randomly initialised until checkpoints are given (`target_checkpoint`,
-`draft_checkpoint`), so the text is noise (often one byte repeated) and the measured α says
-little about real drafts; `draft=self` (α = 1) shows the mechanics.
+Weights (`weights=`): by default ("auto") the run decodes with the README main job's trained
+models, the tiny target (d=128, 4 layers) and its distilled draft (d=64, 1 layer), trained on
+the Python standard library, when they are in the model cache (~/.cache/specjax/models; the
+main job `configs/leviathan2023.py:tiny` puts them there). Then the text is code-like, α is
+high and the speculative decoder is faster. Without them it falls back to random weights of
+the `target` / `draft` sizes below and says so in one line: random models agree by chance
+only, so that run shows the mechanics and no speedup. "trained" insists on the trained models
+(an error naming the command that trains them), "random" always initialises randomly.
+Checkpoints given with `target_checkpoint` / `draft_checkpoint` (or Hugging Face ones) win.
+`draft=self` (α = 1, but the draft costs a whole target call) shows the mechanics, never a
+speedup.
+
+Runtime on our 2-core CPU (AMD EPYC, jax 0.10.2), shared with other jobs: the default with the
+trained models (3 prompts x 64 new tokens, 3 timed repeats) took 33 s wall, most of it
+compilation, and measured 2.1x (greedy; α = 1 because the minutes-trained target's greedy text
+repeats itself) and 1.6x at temperature=0.7; with random weights (target d=512/8 layers, draft
+d=128/2 layers) 52 s and 0.84x; `tiny` (random, seconds-sized models, the same on every
+machine: tests and Colab) 21 s.
 
 Prints each prompt's continuations and the statistics (empirical α, tokens per iteration, target
 calls, ms per token of both decoders, speedup) and writes them to <workdir>/generate.json.
@@ -23,6 +36,7 @@ calls, ms per token of both decoders, speedup) and writes them to <workdir>/gene
 String options after the colon (comma-separated, big_vision style):
     draft=KIND           transformer | bigram | unigram | uniform | prompt_lookup | self | none
                          (none: autoregressive only)
+    weights=auto         auto | trained | random (see above)
     gamma=4              drafted tokens per iteration
     gamma_policy=fixed   fixed | heuristic | confidence[:T] | theory[:C] (adaptive γ, per row)
     tree=3/2/1           verify a token tree instead of a chain: children per depth ("/"-
@@ -31,13 +45,15 @@ String options after the colon (comma-separated, big_vision style):
     accept=tokenwise     the chain's acceptance rule: tokenwise | block (block verification);
                          any name of specjax.decoding.rules.RULES, args after ":" ("/"-separated)
     temperature=0        0 = greedy (then speculative output must equal autoregressive output)
-    top_k=40             0 disables
-    top_p=0.95           1 disables
+    top_k=0              0 disables; e.g. top_k=40
+    top_p=1              1 disables; e.g. top_p=0.95
     max_new_tokens=64
     seed=0
-    target_family=llama  gpt2 | llama (the draft follows with draft_family=)
-    tiny                 laptop-size models, short outputs (tests and Colab)
-Any field can also be set with `--config.<field>=...` flags.
+    target_family=llama  gpt2 | llama, for random weights (the draft follows with draft_family=)
+    tiny                 laptop-size random models, short outputs (tests and Colab)
+Any field can also be set with `--config.<field>=...` flags. Prompts: `--config.prompt=TEXT`,
+several separated by "|" (`\n` and `\t` in TEXT stand for a newline and a tab); it replaces
+the default `prompts`.
 """
 
 import ml_collections
@@ -49,7 +65,17 @@ DRAFT_KINDS = ("transformer", "bigram", "unigram", "uniform", "prompt_lookup", "
 
 _INT_OPTIONS = ("gamma", "top_k", "max_new_tokens", "seed")
 _FLOAT_OPTIONS = ("temperature", "top_p")
-_STR_OPTIONS = ("draft", "target_family", "draft_family", "tree", "rule", "accept", "gamma_policy")
+_STR_OPTIONS = (
+    "draft",
+    "target_family",
+    "draft_family",
+    "tree",
+    "rule",
+    "accept",
+    "gamma_policy",
+    "weights",
+)
+WEIGHTS = ("auto", "trained", "random")
 _SWITCHES = ("tiny",)
 
 
@@ -60,6 +86,8 @@ def _parse_arg(arg: str | None) -> dict:
     )
     if "draft" in options and options["draft"] not in DRAFT_KINDS:
         raise ValueError(f"draft={options['draft']!r} is not one of {list(DRAFT_KINDS)}")
+    if "weights" in options and options["weights"] not in WEIGHTS:
+        raise ValueError(f"weights={options['weights']!r} is not one of {list(WEIGHTS)}")
     return options
 
 
@@ -86,6 +114,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.mode = "generate"
     # Seeds the random initialisation of untrained models and the sampling key.
     config.seed = 0
+    # Which weights (module docstring): "auto" (the main job's trained tiny models if cached,
+    # else random), "trained" (those or an error) or "random" (the sizes below).
+    config.weights = "auto"
 
     # Target: "model A" of the perf notes (GPT-2 style, d=512, 8 layers, 25.6M params). The
     # vocabulary is the byte tokenizer's (259), set by the mode.
@@ -147,6 +178,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.cache_len = 256
     # Smallest padded prompt width (prompts are bucketed to powers of two above it).
     config.min_bucket = 16
+    # Prompts as one string (a command-line option): "|" separates several; the escapes \n
+    # and \t stand for a newline and a tab. When set it replaces `prompts`.
+    config.prompt = config_dict.placeholder(str)
     # Text prompts, byte-tokenized; each is prefixed with BOS like the corpora's documents.
     config.prompts = [
         "def fibonacci(n):\n",
@@ -157,6 +191,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.timing_repeats = 3
 
     if tiny:
+        config.weights = "random"  # seconds-sized and the same on every machine
         config.target = _model("gpt2", 2, 4, 64, 128, 128)
         config.draft = _model("gpt2", 1, 2, 32, 64, 128)
         config.ngram.max_tokens = 20_000
@@ -181,6 +216,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         "tree",
         "accept",
         "gamma_policy",
+        "weights",
     ):
         if key in options:
             config[key] = options[key]

@@ -1,6 +1,7 @@
 """Generate mode: decode text prompts autoregressively and speculatively, report both side by side.
 
-Builds the target and the draft from the config (random initialisation unless a checkpoint is
+Builds the target and the draft from the config (the main job's trained tiny models when
+`config.weights` allows and they are cached, else random initialisation unless a checkpoint is
 given; n-gram drafts are fitted on a corpus split), encodes the prompts with the byte tokenizer,
 runs both decoders with the same warper and key, and prints each continuation plus the statistics
 (empirical α, tokens per iteration, target calls, ms per token, speedup). Everything printed is
@@ -17,6 +18,7 @@ import jax
 import numpy as np
 from absl import logging
 
+from experiments import zoo
 from specjax.benchmark import costs
 from specjax.benchmark.timing import interleaved
 from specjax.data import EOS_ID, ByteTokenizer, load_corpus
@@ -24,13 +26,94 @@ from specjax.decoding.autoregressive import AutoregressiveDecoder
 from specjax.decoding.gamma_policy import TheoryGamma, parse_gamma_policy
 from specjax.decoding.lookup_tree import LookupTreeDrafter
 from specjax.decoding.rules import accept_rule
-from specjax.decoding.sampling import make_warper
+from specjax.decoding.sampling import Greedy, Temperature, TopK, TopP, make_warper
 from specjax.decoding.speculative import SpeculativeDecoder
 from specjax.decoding.tree import TokenTree
 from specjax.decoding.tree_decoder import TreeSpeculativeDecoder
 from specjax.models import TransformerLM, build
 
 DRAFT_KINDS = ("transformer", "bigram", "unigram", "uniform", "prompt_lookup", "self", "none")
+WEIGHTS = ("auto", "trained", "random")
+
+
+def resolve_weights(config) -> tuple[dict, str | None]:
+    """Which checkpoints to load, following `config.weights`.
+
+    Returns:
+      ({"target": path | None, "draft": path | None, "trained": bool}, note): the note is one
+      line for the user when "auto" falls back to random weights, else None.
+
+    Raises:
+      FileNotFoundError: weights="trained" and the trained models are not cached.
+    """
+    weights = config.get("weights", "random")
+    chosen = {
+        "target": config.target_checkpoint,
+        "draft": config.draft_checkpoint,
+        "trained": False,
+    }
+    if weights == "random" or config.target_checkpoint or config.target_hf_checkpoint:
+        return chosen, None
+    dirs = zoo.main_job_model_dirs()
+    needed = ["target"] + (["draft"] if config.draft_kind == "transformer" else [])
+    missing = [name for name in needed if not os.path.isdir(dirs[name])]
+    if missing:
+        where = os.path.dirname(dirs["target"])
+        if weights == "trained":
+            raise FileNotFoundError(
+                f"config.weights='trained': the main job's trained {' and '.join(missing)} "
+                f"are not in the model cache {where}; train them once (~7 min on a 2-core CPU) "
+                f"with `{zoo.MAIN_JOB}`, or set --config.weights=auto"
+            )
+        note = (
+            f"note: random weights, so the text is noise and the draft agrees with the target "
+            f"by chance only (no speedup to expect): the main job's trained models are not in "
+            f"{where}. Run `{zoo.MAIN_JOB}` once (~7 min on a 2-core CPU) and this run uses them "
+            "(--config.weights=random silences this)."
+        )
+        return chosen, note
+    chosen["target"] = dirs["target"]
+    if config.draft_kind == "transformer" and not config.draft_checkpoint:
+        chosen["draft"] = dirs["draft"]
+    chosen["trained"] = True
+    return chosen, None
+
+
+def prompts_of(config) -> list[str]:
+    """The prompts: `config.prompt` split at "|" (with \\n, \\t unescaped) if set, else
+    `config.prompts`."""
+    text = config.get("prompt")
+    if text is None:
+        return list(config.prompts)
+    if not isinstance(text, str):
+        raise ValueError(f"config.prompt must be a string, got {text!r}")
+    text = text.replace("\\n", "\n").replace("\\t", "\t")
+    return text.split("|")
+
+
+def describe_warper(warper) -> str:
+    """ "greedy" or e.g. "sampling: temperature 0.8, top-k 20, top-p 0.95"."""
+    if warper.is_greedy:
+        return "greedy"
+    temperature, parts = 1.0, []
+    for w in warper.warpers:
+        if isinstance(w, Temperature):
+            temperature = w.temperature
+        elif isinstance(w, TopK):
+            parts.append(f"top-k {w.top_k}")
+        elif isinstance(w, TopP):
+            parts.append(f"top-p {w.top_p:g}")
+        elif not isinstance(w, Greedy):
+            parts.append(type(w).__name__)
+    return "sampling: " + ", ".join([f"temperature {temperature:g}"] + parts)
+
+
+def format_count(n: int) -> str:
+    """1234 -> "1.2K", 25_600_000 -> "25.6M" (params of tiny and large models alike)."""
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            return f"{n / scale:.1f}{suffix}"
+    return str(int(n))
 
 
 def load_or_init(fields, checkpoint: str | None, vocab_size: int, key, name: str):
@@ -95,18 +178,43 @@ def build_draft(config, target, target_params, vocab_size: int, key):
     )
 
 
-def build_models(config, vocab_size: int):
+def build_models(config, vocab_size: int, checkpoints: dict | None = None):
     """Target and draft as the config says (checkpoints, or random weights from config.seed).
+
+    Args:
+      config: the generate config.
+      vocab_size: the tokenizer's.
+      checkpoints: {"target": path | None, "draft": path | None} (`resolve_weights`); None:
+        config.target_checkpoint / config.draft_checkpoint.
 
     Returns:
       (target, target_params, draft) where draft is (model, params) or None.
     """
+    if checkpoints is None:
+        checkpoints = {"target": config.target_checkpoint, "draft": config.draft_checkpoint}
     key_target, key_draft = jax.random.split(jax.random.PRNGKey(config.seed))
     target, target_params = load_or_init(
-        config.target, config.target_checkpoint, vocab_size, key_target, "target"
+        config.target, checkpoints["target"], vocab_size, key_target, "target"
     )
+    if checkpoints["draft"] != config.draft_checkpoint:
+        config = config.copy_and_resolve_references()
+        config.draft_checkpoint = checkpoints["draft"]
     draft = build_draft(config, target, target_params, vocab_size, key_draft)
     return target, target_params, draft
+
+
+def check_cache_len(config, target, draft) -> None:
+    """Raises naming config.cache_len if it exceeds a model's learned position table."""
+    for name, model in (("target", target), ("draft", None if draft is None else draft[0])):
+        c = getattr(model, "config", None)
+        if c is None or getattr(c, "positions", None) != "learned":
+            continue
+        if config.cache_len > c.max_len:
+            raise ValueError(
+                f"config.cache_len={config.cache_len} exceeds the {name} model's learned "
+                f"position table ({c.max_len} positions): set --config.cache_len={c.max_len} or "
+                "less (prompt + max_new_tokens + gamma must fit in it)"
+            )
 
 
 HF_DRAFT_KINDS = ("self", "uniform", "prompt_lookup", "none")
@@ -150,11 +258,24 @@ def _check_config(config) -> None:
         raise ValueError(
             f"config.draft_kind must be one of {DRAFT_KINDS}, got {config.draft_kind!r}"
         )
-    prompts = list(config.prompts)
+    if config.get("weights", "random") not in WEIGHTS:
+        raise ValueError(f"config.weights must be one of {WEIGHTS}, got {config.weights!r}")
+    prompts = prompts_of(config)
+    field = "prompts" if config.get("prompt") is None else "prompt"
     if not prompts or not all(isinstance(p, str) and p for p in prompts):
         raise ValueError(
-            f"config.prompts must be a non-empty list of non-empty strings; got {prompts!r}"
+            f'config.{field} must give non-empty prompts ("|" separates several in '
+            f"config.prompt); got {prompts!r}"
         )
+    for name, low in (("gamma", 1), ("max_new_tokens", 1), ("top_k", 0), ("cache_len", 2)):
+        value = config[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            disabled = " (0 disables top-k)" if name == "top_k" else ""
+            raise ValueError(f"config.{name} must be an integer >= {low}{disabled}, got {value!r}")
+    if not 0 < config.top_p <= 1:
+        raise ValueError(f"config.top_p must lie in (0, 1] (1 disables top-p), got {config.top_p}")
+    if not config.temperature >= 0:
+        raise ValueError(f"config.temperature must be >= 0 (0 is greedy), got {config.temperature}")
     accept_rule(config.accept)  # an unknown rule name fails here, before models are built
     if config.tree and config.accept != "tokenwise":
         raise ValueError(
@@ -239,11 +360,35 @@ def _describe(model) -> str:
     if isinstance(model, TransformerLM):
         c = model.config
         family = "gpt2" if c.positions == "learned" else "llama"
-        return f"{family} d={c.embed_dim} L={c.num_layers} ({c.num_params() / 1e6:.1f}M params)"
+        return f"{family} d={c.embed_dim} L={c.num_layers} ({format_count(c.num_params())} params)"
     return type(model).__name__
 
 
+def _draft_description(config, draft, weights: dict) -> str:
+    if draft is None:
+        return "none (autoregressive only)"
+    kind = config.draft_kind
+    if kind == "self":
+        return "self (the target itself: α = 1, at the cost of a target call per draft)"
+    text = f"{kind}: {_describe(draft[0])}"
+    if kind == "transformer":
+        text += ", " + _origin(weights, "draft")
+    elif kind in ("bigram", "unigram"):
+        text += f" fitted on {config.ngram.max_tokens:,} {config.ngram.corpus} tokens"
+    return text
+
+
+def _origin(weights: dict, name: str) -> str:
+    if weights.get(name) is None:
+        return "random weights"
+    if weights.get("trained"):
+        return "trained (the main job's " + ("distilled draft)" if name == "draft" else "target)")
+    return f"from {weights[name]}"
+
+
 def _shape(result: dict) -> str:
+    if result.get("speculative") is None:
+        return "autoregressive only"
     tree = result.get("tree")
     if tree is None:
         accept = result.get("accept", "tokenwise")
@@ -258,10 +403,19 @@ def format_report(result: dict) -> str:
     """Renders the result dict as terminal text."""
     ar, spec = result["autoregressive"], result["speculative"]
     out = [
-        f"Generate: target {result['target']}; draft {result['draft']}; {_shape(result)}; "
-        f"{result['warper']}; up to {result['max_new_tokens']} new tokens",
-        "",
+        f"Generate: target {result['target']}",
+        f"          draft  {result['draft']}",
+        f"          {_shape(result)}; {result['warper']}; up to {result['max_new_tokens']} new "
+        f"tokens per prompt",
     ]
+    if result.get("note"):
+        out.append(result["note"])
+    elif result.get("trained") and result["warper"] == "greedy":
+        out.append(
+            "(the main job's models train for minutes: their greedy text repeats itself; "
+            "--config.temperature=0.8 samples code-like text, at a smaller speedup)"
+        )
+    out.append("")
     for i, prompt in enumerate(result["prompts"]):
         out.append(f"[{i}] prompt:         {prompt!r}")
         out.append(f"    autoregressive: {ar['continuations'][i]!r}")
@@ -296,7 +450,42 @@ def format_report(result: dict) -> str:
             out.append(f"acceptance by sibling rank at depth 1: [{ranks}]")
         if result["greedy_identical"] is not None:
             out.append(f"greedy outputs identical: {result['greedy_identical']}")
+        else:
+            out.append(
+                "the two texts differ: at temperature > 0 both decoders sample the target's "
+                "distribution with different random draws (only greedy output is token-identical)"
+            )
+        if len(result["prompts"]) > 1:
+            out.append(
+                f"target calls: one per loop iteration of the whole batch ({len(result['prompts'])}"
+                " rows decoded together), so the slowest row sets them; tokens/iter is the mean "
+                "per row and iteration, so target calls >= new tokens of a row / tokens/iter"
+            )
+        why = _why_no_speedup(result)
+        if why:
+            out.append(why)
     return "\n".join(out)
+
+
+def _why_no_speedup(result: dict) -> str | None:
+    """One line on why the speculative decoder was not faster, when it was not."""
+    if result["speedup"] is None or result["speedup"] >= 1.0:
+        return None
+    kind = result.get("draft_kind")
+    if kind == "self":
+        why = "draft=self drafts with the target itself (α = 1 but every draft costs a target call)"
+    elif result.get("random_weights"):
+        why = (
+            "the models are random, so the draft agrees with the target by chance only "
+            f"(α = {result['speculative']['stats']['alpha_empirical']:.2f})"
+        )
+    else:
+        why = (
+            f"α = {result['speculative']['stats']['alpha_empirical']:.2f} does not pay for the "
+            "draft calls and the wider verification on this machine (python -m "
+            "experiments.main --config=configs/theory.py shows what α and c need)"
+        )
+    return f"why no speedup: {why}."
 
 
 def run(config, workdir: str) -> dict:
@@ -312,17 +501,21 @@ def run(config, workdir: str) -> dict:
     _check_config(config)
     if config.draft_hf_checkpoint and not config.target_hf_checkpoint:
         raise ValueError("config.draft_hf_checkpoint needs config.target_hf_checkpoint too")
+    weights, note = resolve_weights(config)  # the note is printed with the report
     if config.target_hf_checkpoint:
         target, target_params, draft, tokenizer = build_hf_models(config)
         eos_id = tokenizer.eos_id
         add_bos = tokenizer.bos_id is not None
+        weights = {"target": config.target_hf_checkpoint, "draft": config.draft_hf_checkpoint}
     else:
         tokenizer = ByteTokenizer()
-        target, target_params, draft = build_models(config, tokenizer.vocab_size)
+        target, target_params, draft = build_models(config, tokenizer.vocab_size, weights)
         eos_id, add_bos = EOS_ID, True
+    check_cache_len(config, target, draft)
     key_sample = jax.random.fold_in(jax.random.PRNGKey(config.seed), 2)
     warper = make_warper(config.temperature, config.top_k or None, config.top_p)
-    prompts = [tokenizer.encode(p, add_bos=add_bos).astype(np.int32) for p in config.prompts]
+    texts = prompts_of(config)
+    prompts = [tokenizer.encode(p, add_bos=add_bos).astype(np.int32) for p in texts]
 
     ar = AutoregressiveDecoder(target, warper, config.cache_len, config.min_bucket)
     calls = {
@@ -355,12 +548,16 @@ def run(config, workdir: str) -> dict:
     identical = None
     if spec_report is not None and warper.is_greedy:
         identical = spec_report["new_tokens"] == reports["ar"]["new_tokens"]
+    random_target = weights["target"] is None
+    random_draft = config.draft_kind == "transformer" and weights["draft"] is None
     result = {
         "paper": "Leviathan, Kalman & Matias 2023, arXiv:2211.17192",
-        "target": _describe(target),
-        "draft": "none (autoregressive only)"
-        if draft is None
-        else f"{config.draft_kind}: {_describe(draft[0])}",
+        "target": f"{_describe(target)}, {_origin(weights, 'target')}",
+        "draft": _draft_description(config, draft, weights),
+        "draft_kind": config.draft_kind,
+        "random_weights": bool(random_target or random_draft),
+        "trained": bool(weights.get("trained")),
+        "note": note,
         "gamma": int(config.gamma),
         "accept": config.accept,
         "gamma_policy": str(config.get("gamma_policy", "fixed")),
@@ -372,9 +569,9 @@ def run(config, workdir: str) -> dict:
             "depth": tree.max_depth,
             "replacement": bool(config.tree_replacement),
         },
-        "warper": "greedy" if warper.is_greedy else repr(warper.warpers),
+        "warper": describe_warper(warper),
         "max_new_tokens": int(config.max_new_tokens),
-        "prompts": list(config.prompts),
+        "prompts": texts,
         "autoregressive": reports["ar"],
         "speculative": spec_report,
         "speedup": None

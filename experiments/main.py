@@ -6,17 +6,37 @@
 Run from the repository root (configs/ and experiments/ live in the checkout, not in the installed
 package). The mode comes from `--mode` if given, else from `config.mode`. Each mode is a module
 `experiments/<mode>.py` exposing `run(config, workdir)`, so the same code runs from a Colab cell.
+
+A bad option (a ValueError or FileNotFoundError raised by the project's own code: a config file,
+a mode, specjax) is printed as one line naming the option and the fix, with exit status 2;
+`--traceback` (or SPECJAX_TRACEBACK=1) shows the full traceback instead. Errors raised inside
+other libraries always keep their traceback.
 """
 
 import importlib
 import os
+import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 import specjax
 
-_CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_CONFIG_DIR = os.path.join(_REPO_ROOT, "configs")
+# Code whose ValueErrors are option errors: the checkout's configs/, experiments/, scripts/
+# and the specjax package (wherever it is installed).
+_PROJECT_DIRS = tuple(
+    os.path.join(os.path.realpath(d), "")
+    for d in (
+        os.path.join(_REPO_ROOT, "configs"),
+        os.path.join(_REPO_ROOT, "experiments"),
+        os.path.join(_REPO_ROOT, "scripts"),
+        os.path.dirname(os.path.abspath(specjax.__file__)),
+    )
+)
+_USER_ERRORS = (ValueError, FileNotFoundError)
+EXIT_USAGE = 2
 
 # Modes and the module that runs each; modules are imported lazily so a mode's optional
 # dependencies are only needed when that mode runs.
@@ -37,6 +57,11 @@ flags.DEFINE_string(
 )
 flags.DEFINE_string(
     "draft_hf_checkpoint", None, "generate mode: local Hugging Face checkpoint of the draft."
+)
+flags.DEFINE_bool(
+    "traceback",
+    False,
+    "Show the full traceback of an option error instead of one line (or SPECJAX_TRACEBACK=1).",
 )
 config_flags.DEFINE_config_file(
     "config",
@@ -61,7 +86,70 @@ def run_mode(mode: str, config, workdir: str) -> None:
     module.run(config, workdir)
 
 
+def _raised_in_project(exc: BaseException) -> bool:
+    """True if the innermost frame of `exc`'s traceback is the project's own code."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    path = os.path.join(os.path.realpath(tb.tb_frame.f_code.co_filename), "")
+    return path.startswith(_PROJECT_DIRS)
+
+
+def option_error(exc: BaseException) -> BaseException | None:
+    """The project's own ValueError / FileNotFoundError behind `exc`, or None.
+
+    Follows the cause and context chain: a config file's error reaches the launcher wrapped
+    by ml_collections and absl (flag parsing).
+    """
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, _USER_ERRORS) and _raised_in_project(exc):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def one_line(exc: BaseException) -> str:
+    """`exc`'s message on one line, prefixed like a command-line tool's error."""
+    message = " ".join(str(exc).split())
+    return f"error: {message}  (--traceback shows where)"
+
+
+def want_traceback(argv=None) -> bool:
+    """--traceback given (even if flag parsing failed) or SPECJAX_TRACEBACK set."""
+    if os.environ.get("SPECJAX_TRACEBACK", "") not in ("", "0"):
+        return True
+    if FLAGS.is_parsed():
+        return FLAGS.traceback
+    return any(a in ("--traceback", "--traceback=true", "--traceback=1") for a in argv or ())
+
+
+def parse_flags(argv):
+    """absl's flag parsing, but a config file's own option error is one line (exit status 2)."""
+    try:
+        return FLAGS(argv)
+    except flags.Error as error:
+        cause = option_error(error)
+        if cause is None or want_traceback(argv):
+            return app.parse_flags_with_usage(argv)  # absl's report (re-parses, exits 1)
+        print(one_line(cause), file=sys.stderr, flush=True)
+        sys.exit(EXIT_USAGE)
+
+
 def main(argv):
+    try:
+        _main(argv)
+    except _USER_ERRORS as error:
+        if want_traceback() or option_error(error) is not error:
+            raise
+        print(one_line(error), file=sys.stderr, flush=True)
+        sys.exit(EXIT_USAGE)
+
+
+def _main(argv):
     specjax.configure_cpu()  # before the first JAX computation (SPECJAX_NO_XLA_FLAGS=1 opts out)
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
@@ -82,4 +170,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

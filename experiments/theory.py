@@ -41,6 +41,13 @@ def compute(config) -> dict:
     alphas = np.asarray(list(config.alphas), dtype=np.float64)  # [A]
     if alphas.ndim != 1 or alphas.size == 0:
         raise ValueError(f"config.alphas must be a non-empty list, got {config.alphas!r}")
+    if not np.all((alphas >= 0) & (alphas <= 1)):
+        raise ValueError(
+            f"config.alphas (options alpha= / alphas=) must lie in [0, 1]: an acceptance rate; "
+            f"got {alphas.tolist()}"
+        )
+    if not 0 <= config.c:
+        raise ValueError(f"config.c (option c=) must be >= 0: a cost ratio; got {config.c!r}")
     gamma_max = config.gamma_max
     if isinstance(gamma_max, bool) or not isinstance(gamma_max, int) or gamma_max < 1:
         raise ValueError(f"config.gamma_max must be an integer >= 1, got {gamma_max!r}")

@@ -5,6 +5,7 @@
     draft, dparams, _ = zoo.load("draft_m", distill="target")    # distilled from scratch
     draft, dparams, _ = zoo.load("draft_m", distill="target", init="data")  # fine-tuned
     bigram, bparams = zoo.load_ngram(2)
+    dirs = zoo.main_job_model_dirs()   # the README main job's tiny target and distilled draft
 
 Models are looked up in the model cache under the fingerprint of the config that trains them
 (`configs/train.py`), so a changed recipe never silently loads stale weights: it reports the
@@ -88,3 +89,31 @@ def load_ngram(order: int, corpus: str = "python"):
             f"  {train_command('draft_s', corpus)}"
         )
     return ngrams.load_ngram(path)
+
+
+# The README main job, which trains (and caches) the tiny models `main_job_model_dirs` names.
+MAIN_JOB = (
+    "python -m experiments.main --config=configs/leviathan2023.py:tiny --workdir=runs/lev-tiny"
+)
+
+
+def main_job_model_dirs() -> dict:
+    """Where the README main job caches its trained tiny target and distilled draft.
+
+    Returns:
+      {"target": dir, "draft": dir}: the model-cache directories of `mini_target` and
+      `mini_draft_distilled` (python corpus) of configs/leviathan2023.py:tiny. They exist once
+      `MAIN_JOB` has run on this machine (with this SPECJAX_CACHE); load them with
+      `specjax.checkpoint.load_model(dir)`.
+    """
+    # Imported here: the pipeline's training configs are only needed to find the cache keys.
+    from configs import leviathan2023 as lev_config
+    from experiments.leviathan2023 import models as lev_models
+
+    lev = lev_config.get_config("tiny")
+    target_cfg = lev_models.train_config(lev.target, lev)
+    draft_cfg = lev_models.train_config("mini_draft", lev, distill_from=target_cfg)
+    return {
+        "target": zoo.model_cache_dir(target_cfg.to_dict()),
+        "draft": zoo.model_cache_dir(draft_cfg.to_dict()),
+    }

@@ -1,6 +1,7 @@
 """Autoregressive vs speculative decoding on CPU: ms/token, speedup, and the loops' own overhead.
 
-    python scripts/bench_decoding.py                          # target d=512/8L, draft d=128/2L
+    python scripts/bench_decoding.py                          # trained tiny pair, if cached
+    python scripts/bench_decoding.py --weights=random         # target d=512/8L, draft d=128/2L
     python scripts/bench_decoding.py --draft=self             # draft == target: alpha = 1
     python scripts/bench_decoding.py --draft=truncated:2      # the target's first 2 blocks
     python scripts/bench_decoding.py --draft=bigram
@@ -8,7 +9,14 @@
     python scripts/bench_decoding.py --accept=block --temperature=1   # block verification
     python scripts/bench_decoding.py --tree=3,2,1 --tree_rule=without   # + a token tree
 
-Random weights, greedy, batch 1 by default, one run: the decoders and every part are timed
+Weights (--weights): "auto" (default) benchmarks the README main job's trained models, the tiny
+target (d=128, 4 layers) and its distilled draft (d=64, 1 layer), on prompts from the Python
+validation split, when they are in the model cache (the main job puts them there); else random
+weights of the --target_* / --draft_* sizes, with one line saying why and how to get the trained
+pair. Random weights agree by chance only (alpha ~0.1 with the default sizes), so that run shows
+the loops' costs and no speedup. "trained" insists on the pair, "random" always initialises.
+
+Greedy, batch 1 by default, one run: the decoders and every part are timed
 round-robin (machine drift hits all alike), medians over --repeats after a warm-up round that
 absorbs compilation, in wall-clock time and in process CPU time. CPU time (both XLA threads
 summed) is the figure to trust when other processes share the cores: wall time then includes
@@ -34,7 +42,8 @@ cache-sized copies of its compiled loop. --tree_rule picks the sibling rule at t
 (at 0 children are the draft's top-k, which both rules verify alike).
 
 Draft choices (random weights have no knowledge, so alpha comes from the construction):
-  transformer   an independent random model (--draft_* sizes): alpha near chance
+  transformer   the trained distilled draft, or an independent random model (--draft_* sizes):
+                alpha near chance
   self          the target itself: alpha = 1
   truncated:K   the target's first K blocks + its final norm and head (shared weights; with
                 the default random init the later blocks still flip the argmax: alpha ~0)
@@ -60,6 +69,13 @@ specjax.configure_cpu()  # before JAX starts; SPECJAX_NO_XLA_FLAGS=1 opts out
 
 _FLAG = "--xla_cpu_copy_insertion_use_region_analysis"
 
+_WEIGHTS = flags.DEFINE_enum(
+    "weights",
+    "auto",
+    ["auto", "trained", "random"],
+    "auto: the README main job's trained tiny pair if cached, else random; trained: that pair "
+    "or an error; random: the --target_* / --draft_* sizes, randomly initialised.",
+)
 _VOCAB = flags.DEFINE_integer("vocab", 259, "Vocabulary size (259: the byte tokenizer's).")
 _TARGET_DIM = flags.DEFINE_integer("target_dim", 512, "Target width.")
 _TARGET_LAYERS = flags.DEFINE_integer("target_layers", 8, "Target blocks.")
@@ -75,7 +91,9 @@ _GAMMA = flags.DEFINE_integer("gamma", 4, "Drafted tokens per iteration.")
 _ACCEPT = flags.DEFINE_string(
     "accept", "tokenwise", "Acceptance rule by name (specjax.decoding.rules): tokenwise, block."
 )
-_CACHE_LEN = flags.DEFINE_integer("cache_len", 512, "KV cache positions per row.")
+_CACHE_LEN = flags.DEFINE_integer(
+    "cache_len", 512, "KV cache positions per row (at most the trained models' 256)."
+)
 _TEMPERATURE = flags.DEFINE_float("temperature", 0.0, "Sampling temperature (0: greedy).")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed rounds (medians reported).")
 _INNER = flags.DEFINE_integer("inner", 16, "Calls per device loop when timing parts in-device.")
@@ -99,16 +117,67 @@ def _gpt2_fields(layers: int, heads: int, dim: int) -> dict:
     )
 
 
+def trained_pair():
+    """The README main job's trained tiny target and distilled draft, or why not.
+
+    Returns:
+      ((target, target_params), (draft, draft_params), None) when both are cached and
+      --weights allows, else (None, None, note): `note` is one line for the user (None when
+      --weights=random asked for random weights).
+    """
+    if _WEIGHTS.value == "random":
+        return None, None, None
+    from experiments import zoo
+    from specjax.checkpoint import load_model
+
+    dirs = zoo.main_job_model_dirs()
+    missing = [name for name, path in dirs.items() if not os.path.isdir(path)]
+    if missing:
+        where = os.path.dirname(dirs["target"])
+        text = (
+            f"the main job's trained {' and '.join(missing)} are not in {where}; run "
+            f"`{zoo.MAIN_JOB}` once (~7 min on a 2-core CPU)"
+        )
+        if _WEIGHTS.value == "trained":
+            raise FileNotFoundError(f"--weights=trained: {text}")
+        return None, None, f"note: random weights, so alpha is near chance and no speedup: {text}"
+    target, tparams, _ = load_model(dirs["target"])
+    draft, dparams, _ = load_model(dirs["draft"])
+    return (target, tparams), (draft, dparams), None
+
+
 def build_pair(jax, np):
-    """Target, draft and their params from the flags (`specjax.models.build`)."""
+    """Target, draft, their params and how they were made, from the flags.
+
+    Returns:
+      (target, target_params, draft, draft_params, info) where info holds "weights"
+      ("trained" or "random"), "cache_len" (the flag, capped by a trained model's positions),
+      "note" (one line, or None) and "target"/"draft" descriptions.
+    """
     from specjax.models import build
 
     vocab, cache_len = _VOCAB.value, _CACHE_LEN.value
-    target_fields = _gpt2_fields(_TARGET_LAYERS.value, _TARGET_HEADS.value, _TARGET_DIM.value)
-    target, target_params = build.init_model(target_fields, vocab, jax.random.PRNGKey(_SEED.value))
     kind = _DRAFT.value
     if kind not in ("transformer", "self", "bigram") and not kind.startswith("truncated:"):
         raise ValueError(f"--draft must be transformer, self, truncated:K or bigram; got {kind!r}")
+    trained_target, trained_draft, note = trained_pair()
+    info = {"weights": "random", "cache_len": cache_len, "note": note}
+    if trained_target is not None:
+        target, target_params = trained_target
+        cache_len = min(cache_len, target.config.max_len)
+        c = target.config
+        info.update(weights="trained", cache_len=cache_len)
+        info["target"] = f"trained mini_target gpt2 d={c.embed_dim} L={c.num_layers}"
+    else:
+        target_fields = _gpt2_fields(_TARGET_LAYERS.value, _TARGET_HEADS.value, _TARGET_DIM.value)
+        key = jax.random.PRNGKey(_SEED.value)
+        target, target_params = build.init_model(target_fields, vocab, key)
+        info["target"] = f"random gpt2 d={_TARGET_DIM.value} L={_TARGET_LAYERS.value}"
+    info["draft"] = kind
+    if kind == "transformer" and trained_draft is not None:
+        c = trained_draft[0].config
+        info["draft"] = f"trained mini_draft_distilled gpt2 d={c.embed_dim} L={c.num_layers}"
+        return (target, target_params, *trained_draft, info)
     draft_fields = _gpt2_fields(_DRAFT_LAYERS.value, _DRAFT_HEADS.value, _DRAFT_DIM.value)
     tokens = None
     if kind == "bigram":
@@ -127,7 +196,21 @@ def build_pair(jax, np):
         key=jax.random.PRNGKey(_SEED.value + 1),
         tokens=tokens,
     )
-    return target, target_params, draft, draft_params
+    return target, target_params, draft, draft_params, info
+
+
+def bench_prompts(info: dict, np) -> list:
+    """--batch prompts of --prompt_len tokens: from the Python validation split for trained
+    models (text they know), random token ids for random ones."""
+    batch, length = _BATCH.value, _PROMPT_LEN.value
+    if info["weights"] == "trained":
+        from specjax.data import load_corpus
+        from specjax.data.batches import sample_prompts
+
+        val = np.asarray(load_corpus("python", "validation"))
+        return [np.asarray(p) for p in sample_prompts(val, batch, length, _SEED.value).tokens]
+    rng = np.random.default_rng(_SEED.value)
+    return [rng.integers(0, _VOCAB.value, length) for _ in range(batch)]
 
 
 def count_cache_copies(hlo: str, cache_shape) -> int:
@@ -191,11 +274,13 @@ def measure() -> dict:
     from specjax.decoding.sampling import make_warper, sample_from_probs
 
     gamma, batch, new = _GAMMA.value, _BATCH.value, _NEW.value
-    repeats, inner, cache_len = _REPEATS.value, _INNER.value, _CACHE_LEN.value
-    target, tp, draft, dp = build_pair(jax, np)
+    repeats, inner = _REPEATS.value, _INNER.value
+    target, tp, draft, dp, info = build_pair(jax, np)
+    if info["note"]:
+        print(info["note"], flush=True)
+    cache_len = info["cache_len"]
     warper = make_warper(_TEMPERATURE.value)
-    rng = np.random.default_rng(_SEED.value)
-    prompts = [rng.integers(0, _VOCAB.value, _PROMPT_LEN.value) for _ in range(batch)]
+    prompts = bench_prompts(info, np)
     key = jax.random.PRNGKey(_SEED.value)
     ar = autoregressive.AutoregressiveDecoder(target, warper, cache_len=cache_len)
     spec = speculative.SpeculativeDecoder(
@@ -349,8 +434,10 @@ def measure() -> dict:
     figures = {
         "xla_flag_on": _FLAG in os.environ.get("XLA_FLAGS", ""),
         "config": {
-            "target": f"gpt2 d={_TARGET_DIM.value} L={_TARGET_LAYERS.value}",
-            "draft": _DRAFT.value,
+            "target": info["target"],
+            "draft": info["draft"],
+            "weights": info["weights"],
+            "note": info["note"],
             "vocab": vocab,
             "batch": batch,
             "prompt_len": _PROMPT_LEN.value,
@@ -522,7 +609,27 @@ def report(figures: dict) -> str:
         f"stand-alone cache-sized copies in compiled HLO (cache buffers: "
         f"{figures['cache_buffers']}): {figures['hlo_cache_copies']}",
     ]
+    why = _why_no_speedup(figures)
+    if why:
+        lines.append(why)
     return "\n".join(lines)
+
+
+def _why_no_speedup(figures: dict) -> str | None:
+    """One line on why speculation was not faster (process CPU time), when it was not."""
+    if figures["cpu"]["speedup"] >= 1.0:
+        return None
+    c, alpha = figures["config"], figures["alpha_empirical"]
+    if c["draft"] == "self":
+        why = "--draft=self drafts with the target itself (alpha = 1, but a target call per draft)"
+    elif c.get("weights") == "random":
+        why = (
+            f"random weights agree by chance only (alpha {alpha:.2f}); the trained pair "
+            "(--weights=auto after the README main job) shows the method"
+        )
+    else:
+        why = f"alpha {alpha:.2f} does not pay for the draft calls and the wider verification"
+    return f"why no speedup: {why}."
 
 
 def compare_flag(argv) -> None:

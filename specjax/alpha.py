@@ -18,7 +18,7 @@ import numpy as np
 from specjax.data.batches import spread_eval_batches
 from specjax.data.tokenizer import PAD_ID
 from specjax.decoding.sampling import Warper, make_warper
-from specjax.models.interface import check_pair
+from specjax.models.interface import check_pair, check_params
 from specjax.models.sequence import sequence_logits
 
 
@@ -44,6 +44,8 @@ def measure_alpha(target, tparams, draft, dparams, tokens: jax.Array, warper: Wa
     Returns:
       float32 [batch, T], each in [0, 1].
     """
+    # At trace time (shapes are static): a params mix-up is named, not a Flax scope error.
+    check_params((target, draft), (tparams, dparams), ("tparams", "dparams"))
     return overlap(
         sequence_logits(target, tparams, tokens), sequence_logits(draft, dparams, tokens), warper
     )
@@ -82,8 +84,10 @@ def alpha_table(
       {name: {"alpha_t0": float, "alpha_t1": float, ...}} (keys f"alpha_t{t:g}"), plus
       "positions": the number of positions averaged.
     """
-    for model, _ in drafts.values():
+    check_params((target,), (tparams,), ("tparams",))
+    for name, (model, params) in drafts.items():
         check_pair(target, model)
+        check_params((model,), (params,), (f"drafts[{name!r}] params",))
     warpers = {t: make_warper(t) for t in temperatures}
     sums = {name: {t: 0.0 for t in temperatures} for name in drafts}
     positions = 0

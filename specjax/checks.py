@@ -74,8 +74,20 @@ def check_shape(name: str, x, shape: tuple, layout: str) -> None:
         raise ValueError(f"{name} must have shape {layout} = {list(shape)}; got {list(got)}")
 
 
-def check_distributions(name: str, x, leading: tuple, layout: str, vocab: int | None = None):
+def check_distributions(
+    name: str,
+    x,
+    leading: tuple,
+    layout: str,
+    vocab: int | None = None,
+    *,
+    require_mass: bool = False,
+):
     """Checks a float [*leading, vocab] array of probabilities; raises naming `name`.
+
+    Rows need not sum to 1 (the rules renormalise bfloat16 rounding away), but a concrete array
+    must hold no negative entry, and with `require_mass` no all-zero row: renormalising cannot
+    make either a distribution, and the rules would silently draw from garbage.
 
     Args:
       name: the argument's name in messages.
@@ -83,9 +95,12 @@ def check_distributions(name: str, x, leading: tuple, layout: str, vocab: int | 
       leading: its expected shape without the vocabulary axis.
       layout: the layout in words, e.g. "[batch, gamma, vocab]".
       vocab: the vocabulary it must share (None: not checked).
+      require_mass: every row must have positive mass (a target's p; a draft's q may hold
+        all-zero rows where nothing was drafted).
 
     Raises:
-      ValueError: wrong rank or shape, a vocabulary mismatch, NaN or +inf (concrete values).
+      ValueError: wrong rank or shape, a vocabulary mismatch, NaN, +inf, a negative entry or
+        (with `require_mass`) an all-zero row (the last four for concrete values only).
       TypeError: a non-float dtype.
     """
     check_rank(name, x, len(leading) + 1, layout)
@@ -99,6 +114,23 @@ def check_distributions(name: str, x, leading: tuple, layout: str, vocab: int | 
             "draft and target must share one vocabulary"
         )
     check_finite(name, x)
+    if not is_concrete(x):
+        return
+    arr = np.asarray(jax.device_get(x)).astype(np.float32)
+    if (arr < 0).any():
+        where = np.argwhere(arr < 0)[0].tolist()
+        raise ValueError(
+            f"{name} has a negative entry ({arr[tuple(where)]:.6g} at index {where}); expected "
+            "probabilities (softmax of logits, or the warper's probs)"
+        )
+    if require_mass:
+        empty = arr.sum(-1) <= 0
+        if empty.any():
+            where = np.argwhere(empty)[0].tolist()
+            raise ValueError(
+                f"{name} row {where} is all zero; every {layout} row must be a distribution "
+                "with positive mass"
+            )
 
 
 def value_range(x) -> tuple[int, int]:

@@ -171,7 +171,17 @@ def _bad_cases():
         ("token_high", (drafts.at[1, 2].set(8), q, p), ValueError, r"draft_tokens must lie in"),
         ("token_low", (drafts.at[0, 0].set(-1), q, p), ValueError, r"draft_tokens must lie in"),
         ("token_high_det", (drafts.at[1, 2].set(8), None, p), ValueError, "draft_tokens must lie"),
+        # Renormalising rows cannot repair these: they raise instead of drawing from garbage.
+        ("negative_target", (drafts, q, p.at[1, 0, 2].set(-0.1)), ValueError, _NEG_TARGET),
+        ("negative_draft", (drafts, q.at[0, 2, 1].set(-0.1), p), ValueError, _NEG_DRAFT),
+        ("zero_target_row", (drafts, q, p.at[0, 3].set(0.0)), ValueError, _ZERO_TARGET),
+        ("zero_target_det", (drafts, None, p.at[1, 1].set(0.0)), ValueError, r"row \[1, 1\]"),
     ]
+
+
+_NEG_TARGET = r"target_probs has a negative entry \(-0.1 at index \[1, 0, 2\]\)"
+_NEG_DRAFT = r"draft_probs has a negative entry \(-0.1 at index \[0, 2, 1\]\)"
+_ZERO_TARGET = r"target_probs row \[0, 3\] is all zero"
 
 
 @pytest.mark.parametrize(

@@ -71,6 +71,11 @@ def test_measure_alpha_matches_theory_on_real_models():
     assert 0.1 < float(beta.mean()) < 0.9  # neither identical nor disjoint (0.30 when written)
     same = measure_alpha(target, tp, target, tp, tokens, make_warper(0.0))
     np.testing.assert_array_equal(same, np.ones((2, 9)))
+    # Swapped params are named at trace time, not a Flax scope error.
+    with pytest.raises(ValueError, match="tparams do not fit .* were the draft's params passed"):
+        measure_alpha(target, dp, draft, tp, tokens, warper)
+    with pytest.raises(ValueError, match=r"drafts\['small'\] params do not fit"):
+        alpha_table(target, tp, {"small": (draft, tp)}, np.arange(1, 30, dtype=np.int32), 4)
 
 
 def test_alpha_table_excludes_padding_rows():

@@ -76,3 +76,30 @@ def test_tree_call_scores_a_chain_tree_like_a_chain_call():
     assert timing.median > 0 and len(timing.samples) == 2
     with pytest.raises(ValueError, match="cache_len"):
         costs.tree_call_cost(TARGET, params, TokenTree.chain(3), context=30, cache_len=32)
+
+
+def test_ratio_interval_of_paired_repeats():
+    from specjax.benchmark.timing import coefficient_of_variation, ratio_interval
+
+    assert ratio_interval([1.0], [0.5]) is None  # one repeat: no interval
+    low, high = ratio_interval([2.0, 2.0, 2.0], [1.0, 1.0, 1.0])
+    assert low == pytest.approx(2.0) and high == pytest.approx(2.0)
+    # Drift shared by a round cancels: both calls twice as slow in round 2.
+    low, high = ratio_interval([2.0, 4.0, 2.0], [1.0, 2.0, 1.0])
+    assert low == pytest.approx(2.0) and high == pytest.approx(2.0)
+    low, high = ratio_interval([1.0, 1.2, 0.9], [1.0, 1.0, 1.0])
+    assert low < 1.0 < high < 1.6
+    with pytest.raises(ValueError, match="equal-length"):
+        ratio_interval([1.0, 2.0], [1.0])
+    assert coefficient_of_variation([1.0]) == 0.0
+    assert coefficient_of_variation([1.0, 3.0]) == pytest.approx(2**0.5 / 2)
+
+
+def test_costs_name_params_of_the_wrong_model():
+    small, small_params = drafts()["transformer"]
+    target = ar_decoder().model
+    with pytest.raises(ValueError, match="params do not fit the model they are passed for"):
+        costs.call_cost(target, small_params, 1, context=4, cache_len=16, steps=1, repeats=1)
+    decoder = spec_decoder(small, SAMPLING)
+    with pytest.raises(ValueError, match="target_params do not fit"):
+        costs.iteration_cost(decoder, (small_params, target_params()), list(PROMPTS), steps=1)

@@ -305,6 +305,58 @@ def test_bad_prompts_and_budgets_raise_naming_the_argument(ar, spec):
         decoder.generate(params, draft_params, list(PROMPTS), KEY, CACHE_LEN - 16)
 
 
+def test_params_of_the_wrong_model_raise_naming_the_argument_and_the_parameter(ar):
+    """Checked on the host against each model's expected shapes, before anything compiles."""
+    params = target_params()
+    small, small_params = drafts()["transformer"]
+    bigram, bigram_params = drafts()["bigram"]
+    spec = spec_decoder(small, SAMPLING)
+    prompts, swapped = list(PROMPTS), r"were the draft's params passed as target_params\?"
+    cases = [
+        # The draft's params in the target's place (and the other way round): both named.
+        (lambda: spec.generate(small_params, params, prompts, KEY, 3), r"target_params do not fit"),
+        (lambda: spec.generate(small_params, params, prompts, KEY, 3), swapped),
+        (lambda: spec.generate(params, params, prompts, KEY, 3), r"draft_params do not fit"),
+        (
+            lambda: spec.generate(params, params, prompts, KEY, 3),
+            r"'block_0/attn/key/kernel' of shape \(64, 4, 16\) where the model has \(32, 2, 16\)",
+        ),
+        (lambda: ar.generate(small_params, prompts, KEY, 3), r"params do not fit .*gpt2 d=64"),
+        (lambda: ar.generate({"params": params}, prompts, KEY, 3), r"variables\['params'\]"),
+        (lambda: ar.generate(bigram_params, prompts, KEY, 3), r"params do not fit.*lack 'block_0"),
+        (lambda: next(ar.stream(small_params, prompts, KEY, 3)), r"params do not fit"),
+        (
+            lambda: spec_decoder(bigram).generate(params, small_params, prompts, KEY, 3),
+            r"draft_params do not fit the model they are passed for \(NgramLM\)",
+        ),
+        (
+            lambda: spec_decoder(bigram).generate(
+                params, {"log_probs": np.zeros(V)}, prompts, KEY, 3
+            ),
+            r"draft_params .* 'log_probs' of shape \(64,\) where the model has \(64, 64\)",
+        ),
+    ]
+    for call, match in cases:
+        with pytest.raises(ValueError, match=match):
+            call()
+    # Params in another dtype fit (bfloat16 weights for a float32 model).
+    from specjax.models.interface import params_mismatch
+
+    assert params_mismatch(TARGET, jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)) is None
+    assert params_mismatch(bigram, bigram_params) is None
+
+
+def test_eos_outside_the_vocabulary_raises(ar, spec):
+    decoder, draft_params = spec
+    params = target_params()
+    with pytest.raises(ValueError, match=r"eos_id=64 is not a token of the vocabulary \[0, 64\)"):
+        ar.generate(params, list(PROMPTS), KEY, 3, eos_id=V)
+    with pytest.raises(ValueError, match=r"eos_id=-2 is not a token"):
+        decoder.generate(params, draft_params, list(PROMPTS), KEY, 3, eos_id=-2)
+    with pytest.raises(TypeError, match="eos_id must be None or an integer"):
+        ar.generate(params, list(PROMPTS), KEY, 3, eos_id=1.5)
+
+
 def test_bad_decoder_construction_raises():
     with pytest.raises(ValueError, match="gamma must be an integer >= 1"):
         SpeculativeDecoder(TARGET, SMALL_DRAFT, 0, SAMPLING)
@@ -326,7 +378,7 @@ def test_bad_decoder_construction_raises():
     )
     with pytest.raises(ValueError, match="max_len"):
         autoregressive.AutoregressiveDecoder(short, SAMPLING, cache_len=64).generate(
-            {}, [np.array([1])], KEY, 2
+            short.init_params(KEY), [np.array([1])], KEY, 2
         )
 
 

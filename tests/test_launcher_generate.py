@@ -38,10 +38,17 @@ def test_run_in_process_bigram_draft_greedy(tmp_path, capsys):
     result = generate_mode.run(config, str(tmp_path))
     printed = capsys.readouterr().out
     assert "autoregressive:" in printed and "speculative:" in printed and "speedup" in printed
+    # A readable header: no raw reprs, tiny models counted in K, the warper in words.
+    header = printed.split("\n\n")[0]
+    assert "()" not in header and "0.0M" not in header and "random weights" in header
+    assert "K params" in header and "gamma=4; greedy; up to 16 new tokens" in header
+    assert "bigram: NgramLM fitted on 20,000 python tokens" in header
+    assert "target calls: one per loop iteration of the whole batch (2 rows" in printed
 
     with open(tmp_path / "generate.json", encoding="utf-8") as f:
         saved = json.load(f)
     assert saved["config"]["draft_kind"] == "bigram"
+    assert saved["warper"] == "greedy" and saved["config"]["weights"] == "random"
     assert saved["greedy_identical"] is True  # lossless: greedy outputs are identical
     for name in ("autoregressive", "speculative"):
         _check_decoder_report(saved[name], config.prompts, config.max_new_tokens)
@@ -140,6 +147,13 @@ def test_config_string_options():
         ("prompts", [], ValueError, "config.prompts"),
         ("prompts", ["ok", ""], ValueError, "config.prompts"),
         ("timing_repeats", 0, ValueError, "config.timing_repeats"),
+        ("top_k", -3, ValueError, r"config.top_k must be an integer >= 0 \(0 disables top-k\)"),
+        ("top_p", 0.0, ValueError, r"config.top_p must lie in \(0, 1\]"),
+        ("gamma", 0, ValueError, "config.gamma must be an integer >= 1"),
+        ("weights", "pretrained", ValueError, "config.weights must be one of"),
+        ("prompt", "ok||also", ValueError, "config.prompt must give non-empty prompts"),
+        # tiny's target has 128 learned positions: the message names the option the user set.
+        ("cache_len", 256, ValueError, r"config.cache_len=256 exceeds the target model's learned"),
     ],
 )
 def test_bad_config_values_raise_naming_the_field(tmp_path, field, value, error, match):
@@ -169,6 +183,7 @@ def test_launcher_subprocess_self_draft_sampling(tmp_path):
             "-m",
             "experiments.main",
             "--config=configs/generate.py:tiny,draft=self,temperature=0.8,top_k=20",
+            "--config.prompt=def f(x):\\n|import re",
             f"--workdir={workdir}",
         ],
         cwd=_REPO_ROOT,
@@ -185,6 +200,12 @@ def test_launcher_subprocess_self_draft_sampling(tmp_path):
     assert stats["acceptance_by_position"] == [1.0] * 4
     assert saved["greedy_identical"] is None
     _check_decoder_report(saved["speculative"], saved["prompts"], saved["max_new_tokens"])
+    # --config.prompt: "|" separates prompts, "\n" is a newline.
+    assert saved["prompts"] == ["def f(x):\n", "import re"]
+    assert saved["warper"] == "sampling: temperature 0.8, top-k 20"
+    assert "sampling: temperature 0.8, top-k 20;" in proc.stdout
+    assert "the two texts differ: at temperature > 0" in proc.stdout
+    assert "why no speedup: draft=self" in proc.stdout or saved["speedup"] >= 1
 
 
 @pytest.mark.parametrize(
@@ -243,3 +264,112 @@ def test_bad_gamma_policy_is_named(tmp_path):
     config = generate_config.get_config("tiny,draft=bigram,gamma_policy=bandit")
     with pytest.raises(ValueError, match="gamma_policy"):
         generate_mode.run(config, str(tmp_path))
+
+
+def test_prompt_option_replaces_prompts():
+    config = generate_config.get_config("tiny")
+    assert generate_mode.prompts_of(config) == list(config.prompts)
+    config.prompt = "def f(x):"
+    assert generate_mode.prompts_of(config) == ["def f(x):"]
+    config.prompt = "a\\tb|c\\nd|e"
+    assert generate_mode.prompts_of(config) == ["a\tb", "c\nd", "e"]
+
+
+def test_describe_warper_and_counts():
+    from specjax.decoding.sampling import make_warper
+
+    assert generate_mode.describe_warper(make_warper(0)) == "greedy"
+    assert generate_mode.describe_warper(make_warper(1.0)) == "sampling: temperature 1"
+    text = generate_mode.describe_warper(make_warper(0.7, 40, 0.95))
+    assert text == "sampling: temperature 0.7, top-k 40, top-p 0.95"
+    counts = [generate_mode.format_count(n) for n in (12, 83_100, 859_300, 25_600_000)]
+    assert counts == ["12", "83.1K", "859.3K", "25.6M"]
+
+
+def _export_random(path, fields, seed):
+    """Exports a random model where the model cache would hold a trained one."""
+    from specjax.models import build
+
+    model, params = build.init_model(fields, ByteTokenizer().vocab_size, jax.random.PRNGKey(seed))
+    meta = {"model": checkpoint.model_config_to_dict(model.config), "step": 0}
+    checkpoint.export_model(path, params, meta)
+
+
+def test_weights_auto_uses_the_main_jobs_models_when_cached(tmp_path, monkeypatch, capsys):
+    """weights=auto: the main job's cached models when present, else random weights and one
+    line that says why and how to get them; weights=trained insists."""
+    from experiments import zoo
+
+    monkeypatch.setenv("SPECJAX_CACHE", str(tmp_path / "cache"))
+    config = generate_config.get_config("tiny,weights=auto,max_new_tokens=6")
+    config.timing_repeats = 1
+    missing = generate_mode.run(config, str(tmp_path / "a"))
+    assert missing["note"].startswith("note: random weights") and zoo.MAIN_JOB in missing["note"]
+    assert missing["random_weights"] and "random weights" in missing["target"]
+    assert "note: random weights" in capsys.readouterr().out
+    with pytest.raises(FileNotFoundError, match="config.weights='trained'.*leviathan2023.py:tiny"):
+        generate_mode.run(generate_config.get_config("tiny,weights=trained"), str(tmp_path))
+
+    dirs = zoo.main_job_model_dirs()
+    assert dirs["target"].startswith(str(tmp_path / "cache"))
+    fields = dict(num_layers=1, num_heads=2, embed_dim=32, mlp_dim=64, max_len=64)
+    _export_random(dirs["target"], fields, 1)
+    _export_random(dirs["draft"], dict(fields, embed_dim=16), 2)
+    found = generate_mode.run(config, str(tmp_path / "b"))
+    assert found["note"] is None and not found["random_weights"]
+    assert "trained (the main job's target)" in found["target"]
+    assert "d=16 L=1" in found["draft"] and "distilled draft" in found["draft"]
+    assert found["greedy_identical"] is True
+    # Explicit random weights ignore the cache.
+    config.weights = "random"
+    assert generate_mode.run(config, str(tmp_path / "c"))["random_weights"]
+
+
+def test_launcher_errors_are_one_line_with_exit_status_2(tmp_path):
+    """The project's own option errors: one line naming the option, exit 2; --traceback (or
+    SPECJAX_TRACEBACK=1) gives the traceback."""
+
+    def launch(*args, env=None):
+        cmd = [sys.executable, "-m", "experiments.main", *args, f"--workdir={tmp_path}"]
+        env = {**os.environ, **(env or {})}
+        return subprocess.run(
+            cmd, cwd=_REPO_ROOT, capture_output=True, text=True, timeout=300, env=env
+        )
+
+    proc = launch("--config=configs/generate.py:tiny", "--config.top_k=-3")
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert lines == [
+        "error: config.top_k must be an integer >= 0 (0 disables top-k), got -3  "
+        "(--traceback shows where)"
+    ]
+    assert "Traceback" not in proc.stderr
+    # An error in the config file's own options, raised while absl parses the flags.
+    proc = launch("--config=configs/generate.py:draft=trigram")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: draft='trigram' is not one of")
+    proc = launch("--config=configs/generate.py:tiny", "--config.top_k=-3", "--traceback")
+    assert proc.returncode == 1 and "Traceback" in proc.stderr and "config.top_k" in proc.stderr
+    proc = launch("--config=configs/generate.py:draft=trigram", env={"SPECJAX_TRACEBACK": "1"})
+    assert proc.returncode == 1 and "Traceback" in proc.stderr
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_option_error_finds_only_the_projects_own_errors():
+    from experiments import main as launcher
+
+    try:
+        generate_config.get_config("draft=trigram")
+    except ValueError as e:
+        assert launcher.option_error(e) is e
+    try:
+        np.zeros(3).reshape(2, 2)  # raised inside NumPy: a bug to show with its traceback
+    except ValueError as e:
+        assert launcher.option_error(e) is None
+    try:
+        try:
+            generate_config.get_config("gamma=two")
+        except ValueError as inner:
+            raise RuntimeError("wrapped") from inner
+    except RuntimeError as e:
+        assert "gamma='two'" in launcher.one_line(launcher.option_error(e))

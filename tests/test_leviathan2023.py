@@ -93,6 +93,14 @@ def test_figures_are_consistent(run_dir):
             )
             assert r["predicted_speedup_loop"] == pytest.approx(loop)
             assert r["ar_iteration_ms"] > 0 and r["spec_iteration_ms"] > 0
+            # tokens/iteration predicted from Table 3's α (other prompts), not this run's.
+            temp, name = key.split("/")
+            held_out = saved["alpha"][temp[1:]][name]["alpha"]
+            assert r["alpha_heldout"] == held_out
+            expected = theory.expected_tokens_per_iteration(held_out, r["gamma"])
+            assert r["predicted_tokens_per_iteration_heldout"] == pytest.approx(float(expected))
+            # One repeat: no interval, and no spread to report.
+            assert r["speedup_low"] is None and r["speedup_high"] is None and r["ar_cv"] == 0.0
     # Greedy α for the distilled draft is measured with argmax warpers: each β is 0 or 1.
     offsets = np.array(saved["alpha"]["0"]["tiny_draft"]["alpha_by_offset"])
     assert np.all((offsets >= 0) & (offsets <= 1))
@@ -105,6 +113,9 @@ def test_tables_regenerate_from_json(run_dir, capsys):
     report.main(["report", workdir])
     out = capsys.readouterr().out
     assert "Table 3 analogue" in out and "Table 2 analogue" in out
+    # The marks are explained, and the noise is named.
+    assert "marks: * best γ" in out and "checks: tok✓" in out and "spd✓" in out
+    assert "noise: the autoregressive baseline" in out and "no speedup intervals" in out
     with open(os.path.join(workdir, "table2.csv")) as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 2 * 3 * 2  # temperatures x drafts x gammas
@@ -122,3 +133,55 @@ def test_second_run_reuses_cached_models(run_dir, tmp_path):
             jax.tree.leaves(params), jax.tree.leaves(again["drafts"][name][1]), strict=True
         )
         assert all(np.array_equal(a, b) for a, b in leaves), name
+
+
+def _synthetic_results(low, high, tokens, ar_ms=(0.20, 0.22)):
+    """A results.json with one draft at t=0 and γ = 1, 2 (what table2_rows reads)."""
+    rows = []
+    for gamma, tok, ar in zip((1, 2), tokens, ar_ms, strict=True):
+        rows.append(
+            dict(
+                gamma=gamma,
+                ar_ms_per_token=ar,
+                spec_ms_per_token=ar / 1.1,
+                speedup=1.1,
+                speedup_low=low,
+                speedup_high=high,
+                ar_cv=0.05,
+                predicted_speedup_paper=1.5,
+                predicted_speedup_measured=1.4,
+                predicted_speedup_loop=1.3,
+                ar_iteration_ms=0.2,
+                spec_iteration_ms=0.3,
+                alpha_empirical=0.8,
+                tokens_per_iteration=tok,
+                predicted_tokens_per_iteration=9.0,  # this run's α: must not be used
+            )
+        )
+    return {
+        "config": {"walltime_prompts": 3, "max_new_tokens": 64},
+        "alpha": {"0": {"bigram": {"alpha": 0.5}}},
+        "costs": {"t_target": {"1": 1e-4, "2": 1e-4, "3": 1e-4}, "t_draft": {"bigram": 0.0}},
+        "walltime": {"t0/bigram": rows},
+    }
+
+
+def test_report_judges_rows_by_their_noise_and_the_held_out_alpha():
+    """Intervals that contain 1.0 are marked, a loop prediction inside the interval agrees,
+    and tokens/iteration is predicted from Table 3's α (0.5: 1.5 and 1.75 at γ = 1, 2)."""
+    rows = report.table2_rows(_synthetic_results(0.9, 1.4, (1.5, 2.3)))
+    assert [r["predicted_tokens_per_iteration"] for r in rows] == [1.5, 1.75]
+    assert [r["predicted_from"] for r in rows] == ["held-out α"] * 2
+    assert [r["below_noise"] for r in rows] == [True, True]
+    assert all(r["speedup_ok"] and r["speedup_in_interval"] for r in rows)  # 1.3 in [0.9, 1.4]
+    # 1.5 = pred exactly; 2.3 vs 1.75 is 31 % off and ~6 standard errors of 128 iterations.
+    assert [r["tokens_ok"] for r in rows] == [True, False]
+    se = report.tokens_standard_error(0.5, 2, 3 * 64 / 2.3)
+    assert 0.05 < se < 0.1 and rows[1]["tokens_standard_error"] == pytest.approx(se)
+    # A narrow interval away from 1.0 and from the loop model: no mark, disagreement.
+    rows = report.table2_rows(_synthetic_results(1.05, 1.15, (1.5, 1.75)))
+    assert not any(r["below_noise"] or r["speedup_ok"] for r in rows)
+    text = report.format_table2(_synthetic_results(0.9, 1.4, (1.5, 2.3)))
+    assert "1.10*~" in text and "0.90-1.40" in text and "marks: * best γ" in text
+    assert "2/2 rows (~) cannot be told from 1.0x" in text
+    assert "measured 0.200-0.220 ms/token across the 2 rows (CV 5%)" in text

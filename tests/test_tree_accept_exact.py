@@ -286,7 +286,20 @@ def _bad_cases():
         ("token_low", (t.at[0, 1].set(-1), None, p), {}, ValueError, r"node_tokens must lie in"),
         ("valid_shape", (t, q, p), {"valid": valid[:, :7]}, ValueError, "valid must have shape"),
         ("valid_rank", (t, q, p), {"valid": valid[0]}, ValueError, "valid must have shape"),
+        ("negative_target", (t, q, p.at[0, 3, 1].set(-0.5)), {}, ValueError, _NEG),
+        (
+            "negative_draft",
+            (t, q.at[1, 2, 0].set(-0.5), p),
+            {},
+            ValueError,
+            "draft_probs has a neg",
+        ),
+        ("zero_target_row", (t, q, p.at[1, 5].set(0.0)), {}, ValueError, _ZERO),
     ]
+
+
+_NEG = r"target_probs has a negative entry \(-0.5 at index \[0, 3, 1\]\)"
+_ZERO = r"target_probs row \[1, 5\] is all zero"
 
 
 @pytest.mark.parametrize(

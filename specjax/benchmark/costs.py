@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from specjax.benchmark.timing import Timing, time_call
 from specjax.decoding import loop
 from specjax.decoding.tree import tree_inputs
+from specjax.models.interface import check_params
 
 
 @functools.partial(jax.jit, static_argnums=(0, 4, 5))
@@ -47,6 +48,7 @@ def _repeat_calls(model, params, state, tokens, steps, tree=None):
 
 def prefilled_state(model, params, batch: int, context: int, cache_len: int, seed: int = 0):
     """A model state holding `context` random tokens per row."""
+    check_params((model,), (params,), ("params",))
     tokens = jax.random.randint(jax.random.PRNGKey(seed), (batch, context), 0, model.vocab_size)
     state = model.init_state(batch, cache_len)
     _, state = jax.jit(model.apply)(params, state, tokens, jnp.full((batch,), context, jnp.int32))
@@ -185,6 +187,7 @@ def iteration_cost(decoder, params: tuple, prompts, *, steps: int = 32, repeats:
     params = tuple(params)
     budget = decoder.tokens_per_step  # one iteration's tokens fit: nothing truncates
     tokens, lengths = loop.prepare(decoder, prompts, budget)
+    params = loop.check_decoder_params(decoder, params)
     state = loop.init_jit(decoder, params, tokens, lengths, jax.random.PRNGKey(0), budget, -1)
     t = time_call(lambda: _repeat_steps(decoder, params, state, steps), repeats=repeats)
     return Timing(t.median / steps, tuple(s / steps for s in t.samples))

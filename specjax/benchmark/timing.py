@@ -79,3 +79,40 @@ def interleaved(calls: dict, repeats: int = 5, warmup: int = 1) -> dict:
             jax.block_until_ready(fn())
             samples[name].append(time.perf_counter() - start)
     return {n: Timing(float(np.median(s)), tuple(s)) for n, s in samples.items()}
+
+
+# Two-sided 95 % quantiles of Student's t by degrees of freedom 1..30 (beyond: 1.96).
+_T95 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def ratio_interval(numerator, denominator) -> tuple[float, float] | None:
+    """95 % interval of a ratio of paired timings, e.g. AR time / speculative time.
+
+    Pairs are the rounds of `interleaved` (sample i of each was timed back to back, so drift
+    common to a round cancels in its ratio); the interval is Student's t on the log ratios.
+
+    Args:
+      numerator, denominator: equal-length sequences of seconds (Timing.samples).
+
+    Returns:
+      (low, high), or None with fewer than 2 pairs.
+    """
+    num, den = np.asarray(numerator, np.float64), np.asarray(denominator, np.float64)
+    if num.shape != den.shape or num.ndim != 1:
+        raise ValueError(f"need equal-length 1-D samples; got {num.shape} and {den.shape}")
+    if num.size < 2:
+        return None
+    logs = np.log(num / den)
+    t = _T95[num.size - 2] if num.size - 1 <= len(_T95) else 1.96
+    half = t * logs.std(ddof=1) / np.sqrt(num.size)
+    return float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))
+
+
+def coefficient_of_variation(samples) -> float:
+    """Sample standard deviation / mean of repeated timings (0 for a single sample)."""
+    arr = np.asarray(samples, np.float64)
+    return float(arr.std(ddof=1) / arr.mean()) if arr.size > 1 and arr.mean() > 0 else 0.0

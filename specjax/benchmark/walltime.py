@@ -24,7 +24,7 @@ import jax
 
 from specjax import theory
 from specjax.benchmark.costs import iteration_cost
-from specjax.benchmark.timing import interleaved
+from specjax.benchmark.timing import coefficient_of_variation, interleaved, ratio_interval
 from specjax.decoding import loop as decoding_loop
 from specjax.decoding.autoregressive import AutoregressiveDecoder
 from specjax.decoding.speculative import SpeculativeDecoder
@@ -49,6 +49,10 @@ class WalltimeRow:
       ar_iteration_ms, spec_iteration_ms: one loop iteration, timed in-loop (I_ar, I_spec).
       ar_fixed_ms, spec_fixed_ms: one 1-token `generate` call per prompt batch (F_ar, F_spec).
       predicted_speedup_loop: the loop model (c) of the module docstring.
+      speedup_low, speedup_high: 95 % interval of the speedup from the paired repeats
+        (`timing.ratio_interval`; None with one repeat).
+      ar_cv: coefficient of variation of the autoregressive call over the repeats (the
+        machine's noise at this size).
     """
 
     gamma: int
@@ -66,6 +70,9 @@ class WalltimeRow:
     ar_fixed_ms: float
     spec_fixed_ms: float
     predicted_speedup_loop: float
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    ar_cv: float | None = None
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -151,6 +158,7 @@ def measure_walltime(
         if t_target is not None and t_draft is not None and gamma + 1 in t_target:
             measured = float(theory.measured_speedup(alpha, gamma, t_target, t_draft))
         expected = float(theory.expected_tokens_per_iteration(alpha, gamma))
+        interval = ratio_interval(timings["ar"].samples, timings["spec"].samples)
         ar_fixed = timings["ar_fixed"].median / len(batches)
         spec_fixed = timings["spec_fixed"].median / len(batches)
         loop = (ar_fixed + (max_new_tokens - 1) * ar_iter) / (
@@ -172,6 +180,9 @@ def measure_walltime(
             ar_fixed_ms=ar_fixed * 1e3,
             spec_fixed_ms=spec_fixed * 1e3,
             predicted_speedup_loop=float(loop),
+            speedup_low=None if interval is None else interval[0],
+            speedup_high=None if interval is None else interval[1],
+            ar_cv=coefficient_of_variation(timings["ar"].samples),
         )
         log(
             f"  gamma={gamma}: AR {ar_ms:.3f} ms/tok, spec {spec_ms:.3f} ms/tok, "

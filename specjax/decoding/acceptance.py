@@ -83,7 +83,9 @@ def _check_args(draft_tokens, draft_probs, target_probs, num_drafted) -> None:
             f"draft_tokens must hold gamma >= 1 tokens per row; got shape {(batch, gamma)}"
         )
     layout = "[batch, gamma + 1, vocab]"
-    checks.check_distributions("target_probs", target_probs, (batch, gamma + 1), layout)
+    checks.check_distributions(
+        "target_probs", target_probs, (batch, gamma + 1), layout, require_mass=True
+    )
     vocab = target_probs.shape[-1]
     if draft_probs is not None:
         layout = "[batch, gamma, vocab]"

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 from jax.sharding import PartitionSpec
 
@@ -51,8 +52,8 @@ from specjax.decoding.state import (
     init_sequences,
     init_stats,
 )
+from specjax.models.interface import check_params, state_logical_axes
 from specjax.models.interface import position_limit as model_position_limit
-from specjax.models.interface import state_logical_axes
 
 
 @struct.dataclass
@@ -238,9 +239,45 @@ def prepare(decoder: Decoder, prompts, max_new_tokens):
     return jnp.asarray(tokens), jnp.asarray(lengths)
 
 
-def eos_value(eos_id: int | None) -> int:
-    """The traced EOS id: -1 for none."""
-    return -1 if eos_id is None else int(eos_id)
+def params_names(decoder: Decoder) -> tuple:
+    """The params arguments' names, for messages: ("params",) or ("target_params", ...)."""
+    n = len(decoder.models)
+    if n == 1:
+        return ("params",)
+    return ("target_params", "draft_params") + tuple(f"params[{i}]" for i in range(2, n))
+
+
+def check_decoder_params(decoder: Decoder, params) -> tuple:
+    """`params` as a tuple, checked against the decoder's models on the host.
+
+    Raises ValueError naming the argument ("draft_params") and the first parameter whose path
+    or shape differs from what its model expects (e.g. the draft's params in the target's
+    place), instead of a scope error deep inside Flax. The expected shapes are computed once
+    per model (`interface.expected_params`).
+    """
+    params = tuple(params)
+    models = tuple(decoder.models)
+    if len(params) != len(models):
+        raise ValueError(
+            f"{type(decoder).__name__} takes {len(models)} params pytrees "
+            f"({', '.join(params_names(decoder))}); got {len(params)}"
+        )
+    check_params(models, params, params_names(decoder))
+    return params
+
+
+def eos_value(eos_id: int | None, vocab_size: int | None = None) -> int:
+    """The traced EOS id: -1 for none; raises naming `eos_id` if it is no token of the vocab."""
+    if eos_id is None:
+        return -1
+    if isinstance(eos_id, bool) or not isinstance(eos_id, (int, np.integer)):
+        raise TypeError(f"eos_id must be None or an integer token id; got {eos_id!r}")
+    if eos_id < 0 or (vocab_size is not None and eos_id >= vocab_size):
+        raise ValueError(
+            f"eos_id={eos_id} is not a token of the vocabulary [0, {vocab_size}): no row would "
+            "ever stop at it (pass None for no EOS)"
+        )
+    return int(eos_id)
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -281,8 +318,9 @@ def generate(
     """
     runtime.warn_if_cpu_unconfigured()
     tokens, lengths = prepare(decoder, prompts, max_new_tokens)
+    params = check_decoder_params(decoder, params)
     result = generate_jit(
-        decoder, tuple(params), tokens, lengths, key, max_new_tokens, eos_value(eos_id)
+        decoder, params, tokens, lengths, key, max_new_tokens, eos_value(eos_id, decoder.vocab_size)
     )
     check_finite_result(result)
     return result
@@ -308,9 +346,11 @@ def stream(
       view: optional function (tokens, counts) -> what to yield instead.
     """
     runtime.warn_if_cpu_unconfigured()
-    params = tuple(params)
     tokens, lengths = prepare(decoder, prompts, max_new_tokens)
-    s = init_jit(decoder, params, tokens, lengths, key, max_new_tokens, eos_value(eos_id))
+    params = check_decoder_params(decoder, params)
+    s = init_jit(
+        decoder, params, tokens, lengths, key, max_new_tokens, eos_value(eos_id, decoder.vocab_size)
+    )
     width = decoder.tokens_per_step
     while bool(running(s)):
         before = s.seq.lengths

@@ -193,10 +193,10 @@ def make_warper(temperature: float = 1.0, top_k: int | None = None, top_p: float
         raise ValueError(f"temperature must be a finite number >= 0 (got {temperature!r})")
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0 (got {temperature}); 0 means greedy")
-    if top_k is not None and top_k != 0:
-        TopK(top_k)  # validates
-    elif top_k is not None and not _is_int(top_k):
-        raise ValueError(f"top_k must be None, 0 or an integer >= 1 (got {top_k!r})")
+    if top_k is not None and (not _is_int(top_k) or top_k < 0):
+        raise ValueError(
+            f"top_k must be an integer >= 1, or 0 / None to disable it (got {top_k!r})"
+        )
     TopP(top_p)  # validates
     if temperature == 0:
         return Warper((Greedy(),))

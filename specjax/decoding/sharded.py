@@ -144,6 +144,7 @@ class ShardedDecoder:
           GenerationResult, replicated on every device (readable by every process).
         """
         self._check_count(model_params)
+        loop.check_decoder_params(self.decoder, model_params)
         tokens, lengths = self.decoder.prepare(prompts, max_new_tokens)
         self._check_batch(tokens.shape[0])
         shardings = self.param_shardings(*model_params)
@@ -155,7 +156,7 @@ class ShardedDecoder:
         rep = sh.replicated(self.mesh)
         tokens = sh.put(tokens, rows)
         lengths = sh.put(lengths, sh.batch_sharding(self.mesh, self.rules, lengths.shape))
-        eos = -1 if eos_id is None else int(eos_id)
+        eos = loop.eos_value(eos_id, self.decoder.vocab_size)
         key, max_new, eos = sh.put((key, max_new_tokens, eos), (rep, rep, rep))
         program = _program(self, _signature(placed))
         result = program(*placed, tokens, lengths, key, max_new, eos)
@@ -178,6 +179,7 @@ class ShardedDecoder:
           A `jax.stages.Lowered`; call `.compile()` on it.
         """
         self._check_count(abstract_params)
+        loop.check_decoder_params(self.decoder, abstract_params)
         self._check_batch(batch)
         i32 = jax.numpy.int32
         key = jax.ShapeDtypeStruct((2,), jax.numpy.uint32) if key is None else key

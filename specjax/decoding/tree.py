@@ -243,7 +243,7 @@ def _check_args(tree, node_tokens, draft_probs, target_probs, valid) -> None:
             f"nodes; got {tuple(node_tokens.shape)}"
         )
     layout = "[batch, num_nodes, vocab]"
-    checks.check_distributions("target_probs", target_probs, (batch, n), layout)
+    checks.check_distributions("target_probs", target_probs, (batch, n), layout, require_mass=True)
     vocab = target_probs.shape[-1]
     if draft_probs is not None:
         checks.check_distributions("draft_probs", draft_probs, (batch, n), layout, vocab)

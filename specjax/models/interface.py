@@ -33,6 +33,8 @@ the uniform draft and prompt lookup all follow this, so any draft pairs with any
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import jax
@@ -136,4 +138,125 @@ def check_vocab(target, draft) -> None:
             f"vocab mismatch: target has vocab_size={target.vocab_size} but draft has "
             f"vocab_size={draft.vocab_size}; speculative decoding needs one shared tokenizer "
             "(token i must mean the same string to both models)"
+        )
+
+
+# -- params against the model they are passed for ---------------------------------------------
+
+
+@functools.lru_cache(maxsize=128)
+def expected_params(model):
+    """The params pytree `model` expects, as `jax.ShapeDtypeStruct` leaves (None: unknown).
+
+    From `model.abstract_params()` if it has one, else `jax.eval_shape` of `model.init_params`
+    (no arrays are allocated). Cached per (hashable) model, so checks cost nothing per call.
+    """
+    if hasattr(model, "abstract_params"):
+        return model.abstract_params()
+    if hasattr(model, "init_params"):
+        return jax.eval_shape(model.init_params, jax.random.PRNGKey(0))
+    return None
+
+
+def _path_name(path) -> str:
+    return "/".join(str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path)
+
+
+@functools.lru_cache(maxsize=128)
+def _expected_layout(model):
+    """(treedef, shapes, {path name: shape}) of `expected_params(model)`, or None."""
+    abstract = expected_params(model)
+    if abstract is None:
+        return None
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(abstract)
+    by_path = {_path_name(p): tuple(x.shape) for p, x in leaves}
+    return treedef, tuple(by_path.values()), by_path
+
+
+def params_mismatch(model, params) -> str | None:
+    """Why `params` do not fit `model` (the first differing parameter), or None if they fit.
+
+    Compares the tree of parameter paths and shapes with `expected_params(model)` on the host
+    (dtypes are free: bfloat16 weights fit a float32 model). Models that cannot say what they
+    expect are never flagged.
+    """
+    try:
+        layout = _expected_layout(model)
+    except TypeError:  # an unhashable model: not one the decoders take (they jit on it)
+        return None
+    if layout is None:
+        return None
+    treedef, shapes, by_path = layout
+    try:
+        leaves, got_def = jax.tree_util.tree_flatten(params)
+        if got_def == treedef and tuple(tuple(_leaf_shape(x)) for x in leaves) == shapes:
+            return None  # the fast path: one structure comparison
+    except TypeError:
+        pass
+    if not isinstance(params, Mapping):
+        return f"are a {type(params).__name__}, not a dict of parameters"
+    got = {
+        _path_name(p): tuple(_leaf_shape(x)) for p, x in jax.tree_util.tree_leaves_with_path(params)
+    }
+    for path, shape in by_path.items():
+        if path not in got:
+            flax = (
+                " (a Flax variables dict? pass variables['params'])" if "params" in params else ""
+            )
+            return f"lack {path!r}{flax}"
+        if got[path] != shape:
+            return f"hold {path!r} of shape {got[path]} where the model has {shape}"
+    extra = sorted(set(got) - set(by_path))
+    if extra:
+        return f"hold {extra[0]!r}, which the model does not have"
+    return None
+
+
+def _leaf_shape(x) -> tuple:
+    """The shape of an array-like leaf (arrays, ShapeDtypeStructs, Python scalars)."""
+    shape = getattr(x, "shape", None)
+    return tuple(shape) if shape is not None else ()
+
+
+def describe_model(model) -> str:
+    """A short description for messages: "gpt2 d=128 L=4" or the class name."""
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "embed_dim"):
+        family = "gpt2" if getattr(config, "positions", "learned") == "learned" else "llama"
+        return f"{family} d={config.embed_dim} L={config.num_layers}, vocab {config.vocab_size}"
+    return type(model).__name__
+
+
+_ROLES = {
+    "target_params": "target",
+    "tparams": "target",
+    "draft_params": "draft",
+    "dparams": "draft",
+}
+
+
+def check_params(models, params, names) -> None:
+    """Raises ValueError naming the argument and the parameter when params do not fit models.
+
+    Args:
+      models: the models, one per params pytree (a decoder's `models`).
+      params: the params pytrees, in the same order.
+      names: the arguments' names ("target_params", "draft_params").
+    """
+    for i, (model, tree, name) in enumerate(zip(models, params, names, strict=True)):
+        why = params_mismatch(model, tree)
+        if why is None:
+            continue
+        swapped = [
+            names[j]
+            for j, other in enumerate(models)
+            if j != i and other != model and params_mismatch(other, tree) is None
+        ]
+        hint = ""
+        if swapped:
+            other = _ROLES.get(swapped[0], swapped[0])
+            hint = f"; they fit the {other} model: were the {other}'s params passed as {name}?"
+        raise ValueError(
+            f"{name} do not fit the model they are passed for ({describe_model(model)}): "
+            f"the params {why}{hint}"
         )

@@ -77,6 +77,11 @@ class NgramLM(ApplyFromForward):
         if self.order not in (1, 2):
             raise ValueError(f"NgramLM.order must be 1 or 2, got {self.order!r}")
 
+    def abstract_params(self) -> dict:
+        """The params `fit_ngram` returns, as shapes (for `interface.check_params`)."""
+        shape = (self.vocab_size,) * self.order
+        return {"log_probs": jax.ShapeDtypeStruct(shape, jnp.float32)}
+
     def init_state(self, batch: int, max_len: int) -> LengthState:
         del max_len
         return LengthState(jnp.zeros((batch,), jnp.int32))
