@@ -21,18 +21,11 @@ from specjax.decoding.tree_search import expected_accepted
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    cache = tmp_path_factory.mktemp("cache")
-    old = os.environ.get("SPECJAX_CACHE")
-    os.environ["SPECJAX_CACHE"] = str(cache)
-    config = sequoia_config.get_config("tiny,temperatures=0,sizes=1/2/4,gammas=1")
-    workdir = str(tmp_path_factory.mktemp("sequoia"))
-    try:
+    with pytest.MonkeyPatch.context() as patch:  # the test models go to a temporary cache
+        patch.setenv("SPECJAX_CACHE", str(tmp_path_factory.mktemp("cache")))
+        config = sequoia_config.get_config("tiny,temperatures=0,sizes=1/2/4,gammas=1")
+        workdir = str(tmp_path_factory.mktemp("sequoia"))
         yield config, workdir, pipeline.run(config, workdir)
-    finally:
-        if old is None:
-            os.environ.pop("SPECJAX_CACHE")
-        else:
-            os.environ["SPECJAX_CACHE"] = old
 
 
 @pytest.mark.slow

@@ -19,18 +19,11 @@ from experiments.trees import pipeline, report
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    cache = tmp_path_factory.mktemp("cache")
-    old = os.environ.get("SPECJAX_CACHE")
-    os.environ["SPECJAX_CACHE"] = str(cache)
-    config = trees_config.get_config("tiny,temperatures=0")
-    workdir = str(tmp_path_factory.mktemp("trees"))
-    try:
+    with pytest.MonkeyPatch.context() as patch:  # the test models go to a temporary cache
+        patch.setenv("SPECJAX_CACHE", str(tmp_path_factory.mktemp("cache")))
+        config = trees_config.get_config("tiny,temperatures=0")
+        workdir = str(tmp_path_factory.mktemp("trees"))
         yield config, workdir, pipeline.run(config, workdir)
-    finally:
-        if old is None:
-            os.environ.pop("SPECJAX_CACHE")
-        else:
-            os.environ["SPECJAX_CACHE"] = old
 
 
 @pytest.mark.slow

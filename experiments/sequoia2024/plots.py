@@ -47,37 +47,17 @@ def write_all(results: dict, workdir: str) -> list:
         written.append(name)
 
         rows = block["walltime"]["rows"]
-        chains = sorted(
-            (r for r in rows if r["name"].startswith("chain")), key=lambda r: r["nodes"]
-        )
-        trees = sorted(
-            (r for r in rows if r["name"].startswith("sequoia")), key=lambda r: r["nodes"]
-        )
-        series = [
-            Series([r["nodes"] for r in chains], [r["speedup"] for r in chains], "chain", "C0"),
-            Series(
-                [r["nodes"] for r in chains],
-                [r["predicted_speedup"] for r in chains],
-                None,
-                "C0",
-                linestyle="--",
-                marker=None,
-            ),
-        ]
-        if trees:
-            series.append(
-                Series([r["nodes"] for r in trees], [r["speedup"] for r in trees], "sequoia", "C3")
+        series = []
+        for label, prefix, color in (("chain", "chain", "C0"), ("sequoia", "sequoia", "C3")):
+            picked = sorted(
+                (r for r in rows if r["name"].startswith(prefix)), key=lambda r: r["nodes"]
             )
-            series.append(
-                Series(
-                    [r["nodes"] for r in trees],
-                    [r["predicted_speedup"] for r in trees],
-                    None,
-                    "C3",
-                    linestyle="--",
-                    marker=None,
-                )
-            )
+            if not picked:
+                continue
+            x = [r["nodes"] for r in picked]
+            series.append(Series(x, [r["speedup"] for r in picked], label, color))
+            predicted = [r["predicted_speedup"] for r in picked]
+            series.append(Series(x, predicted, None, color, linestyle="--", marker=None))
         name = f"speedup_t{t}.png"
         save_line_plot(
             os.path.join(workdir, name),
