@@ -26,7 +26,7 @@ import jax
 import numpy as np
 
 from experiments.sequoia2024 import methods, plots, report
-from experiments.trees.pipeline import _round_robin, load_models
+from experiments.trees.pipeline import load_models, round_robin
 from specjax.benchmark.alpha_generated import generate_reference
 from specjax.benchmark.costs import call_cost, iteration_cost
 from specjax.data import load_corpus
@@ -293,7 +293,7 @@ def walltime(config, target, tparams, draft, dparams, t, acceptance, costs, prom
         params = (tparams,) if name == "ar" else (tparams, dparams)
         return [decoding_loop.generate(dec, params, [p], key, new) for p in prompts]
 
-    timed = _round_robin({n: (lambda n=n: run_all(n)) for n in decoders}, config.repeats)
+    timed = round_robin({n: (lambda n=n: run_all(n)) for n in decoders}, config.repeats)
     out = []
     for name, (_, tree) in decoders.items():
         last = timed[name]["last"]

@@ -177,7 +177,7 @@ def _decoders(config, target, draft, warper, specs) -> dict:
     return out
 
 
-def _round_robin(calls: dict, repeats: int) -> dict:
+def round_robin(calls: dict, repeats: int) -> dict:
     """Times zero-argument callables in rounds after one untimed round (compilation).
 
     Returns:
@@ -215,7 +215,7 @@ def measure_temperature(config, target, tparams, draft, dparams, t, specs, promp
 
     t0 = time.perf_counter()
     calls = {name: (lambda name=name: run_all(name, prompts)) for name in decoders}
-    timed = _round_robin(calls, config.repeats)
+    timed = round_robin(calls, config.repeats)
     seconds = time.perf_counter() - t0
     _log(f"    timed {len(decoders)} decoders x {config.repeats} rounds ({seconds:.0f} s)")
     rows = {}
