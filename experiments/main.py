@@ -47,6 +47,7 @@ MODES = {
     "leviathan2023": "experiments.leviathan2023.pipeline",
     "trees": "experiments.trees.pipeline",
     "sequoia2024": "experiments.sequoia2024.pipeline",
+    "extensions": "experiments.extensions.pipeline",
 }
 
 FLAGS = flags.FLAGS

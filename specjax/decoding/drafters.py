@@ -226,6 +226,7 @@ class LookupDrafter:
     vocab_size: int
     max_ngram: int = 3
     min_ngram: int = 1
+    variable_length = True  # a lookup proposes 0..gamma tokens: verify only as wide as needed
 
     def __post_init__(self):
         check_ngram_range(self.min_ngram, self.max_ngram)

@@ -34,6 +34,7 @@ from specjax.decoding.drafters import Drafter, ModelDrafter, Verdict, is_drafter
 from specjax.decoding.loop import LoopState
 from specjax.decoding.sampling import Warper
 from specjax.decoding.state import GenerationResult, emit, last_tokens
+from specjax.decoding.verify_width import check_widths, score_to_longest
 from specjax.models.interface import check_pair, check_vocab
 from specjax.models.kv_cache import rollback
 
@@ -219,6 +220,11 @@ class SpeculativeDecoder(SpeculativeSteps):
       gamma_policy: an adaptive-γ policy (`decoding/gamma_policy.py`) for a model draft: each
         row drafts 1..gamma tokens per iteration as it decides (`AdaptiveDrafter`), so `gamma`
         is then gamma_max; None: every row drafts gamma (the plain `ModelDrafter`).
+      verify_widths: the widths the target may verify at (`decoding/verify_width.py`): each
+        iteration scores only up to the longest drafted row, rounded up to one of them (one
+        compiled target call per width). "auto": every width 1..gamma when proposals vary in
+        length (a gamma_policy, or a drafter with `variable_length`, e.g. `LookupDrafter`),
+        else gamma only; "static": gamma only; or a tuple of widths that includes gamma.
     """
 
     target: Any
@@ -230,6 +236,7 @@ class SpeculativeDecoder(SpeculativeSteps):
     unroll_draft: bool | None = None
     accept: Callable = speculative_accept
     gamma_policy: Any = None
+    verify_widths: Any = "auto"
 
     def __post_init__(self):
         if is_drafter(self.draft):
@@ -252,7 +259,23 @@ class SpeculativeDecoder(SpeculativeSteps):
             )
         if not callable(self.accept):
             raise TypeError(f"accept must be an acceptance rule (a function); got {self.accept!r}")
+        _ = self.widths  # validates verify_widths
         loop.resolve_cache_len(self)
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        """The verification widths `verify_widths` resolves to (sorted, ending at gamma)."""
+        if self.verify_widths == "static":
+            return (self.gamma,)
+        if self.verify_widths == "auto":
+            varies = self.gamma_policy is not None or getattr(self.draft, "variable_length", False)
+            return tuple(range(1, self.gamma + 1)) if varies else (self.gamma,)
+        if isinstance(self.verify_widths, str) or not isinstance(self.verify_widths, tuple):
+            raise ValueError(
+                f'verify_widths must be "auto", "static" or a tuple of widths, '
+                f"got {self.verify_widths!r}"
+            )
+        return check_widths(self.verify_widths, self.gamma)
 
     @property
     def drafter(self) -> Drafter:
@@ -278,6 +301,16 @@ class SpeculativeDecoder(SpeculativeSteps):
     def score(self, target_params, t_state, seq, proposal, active):
         """The target's logits [batch, gamma + 1, vocab] at [last, d_1..d_gamma]."""
         verify_in = jnp.concatenate([last_tokens(seq, 1), proposal.tokens], axis=1)
+        if len(self.widths) > 1 and proposal.num_drafted is not None:
+            return score_to_longest(
+                self.target,
+                target_params,
+                t_state,
+                verify_in,
+                proposal.num_drafted,
+                active,
+                self.widths,
+            )
         num_new = jnp.where(active, self.gamma + 1, 0).astype(jnp.int32)
         return self.target.apply(target_params, t_state, verify_in, num_new)
 

@@ -1,0 +1,1 @@
+"""The paper's open extensions, measured: adaptive γ, hierarchical speculation, beam search."""

@@ -1,0 +1,185 @@
+"""Extension (d), adaptive γ: every policy against every fixed γ, on the trained pairs.
+
+    python -m experiments.main --config=configs/extensions.py:parts=adaptive --workdir=runs/ext
+
+For each draft and temperature: the target's T(k) and the draft's step cost are measured first
+(for `TheoryGamma`), then speculative decoding with every fixed γ in `gammas` and with each
+policy at gamma_max = max(gammas) decodes the same validation prompts at batch 1 (each prompt
+its own call, the paper's setting), timed round-robin (CPU seconds, median over `repeats`).
+The policies verify only as wide as their drafts (`verify_widths="auto"`), and the theory
+policy models that (`static_verify=False`); `fixed<gamma_max>-via-adaptive` is the adaptive
+drafter at a constant γ, its own overhead against the fixed-γ scan. The best fixed γ is found
+after the fact; each row's `vs_best_fixed` is the best fixed γ's ms/token over its own.
+"""
+
+from __future__ import annotations
+
+import jax
+import ml_collections
+import numpy as np
+
+from configs import leviathan2023 as lev_config
+from experiments.leviathan2023 import models as model_lib
+from experiments.trees.pipeline import round_robin
+from specjax.benchmark.costs import call_cost
+from specjax.data import ByteTokenizer, load_corpus
+from specjax.data.batches import sample_prompts
+from specjax.decoding import (
+    ConfidenceGamma,
+    FixedGamma,
+    HeuristicGamma,
+    SpeculativeDecoder,
+    TheoryGamma,
+    make_warper,
+    summarize_stats,
+)
+
+
+def config(tiny: bool = False) -> ml_collections.ConfigDict:
+    """The adaptive-γ knobs. tiny: seconds-sized test models and one short measurement."""
+    c = ml_collections.ConfigDict()
+    c.corpus = "python"
+    c.drafts = ("bigram",) if tiny else ("mini_draft_distilled", "bigram")
+    c.temperatures = (1.0,) if tiny else (0.0, 1.0)
+    c.gammas = (1, 2) if tiny else (1, 2, 3, 4, 5, 6)
+    c.policies = ("heuristic", "confidence:0.4", "theory", "fixed_via_adaptive")
+    c.prompts = 1 if tiny else 4
+    c.prompt_len = 16 if tiny else 64
+    c.max_new_tokens = 16 if tiny else 96
+    c.repeats = 1 if tiny else 5
+    c.cache_len = 64 if tiny else 256
+    c.seed = 0
+    c.tiny = tiny
+    return c
+
+
+def _models(c, workdir: str, log):
+    """(target, tparams, {draft name: (model, params)}) from the leviathan2023 model cache."""
+    spec = "smoke" if c.tiny else "tiny"
+    lev = lev_config.get_config(f"{spec},corpus={c.corpus},drafts={'/'.join(c.drafts)}")
+    loaded = model_lib.load_all(lev, workdir, log)
+    target, tparams, _ = loaded["target"]
+    return target, tparams, {n: (m, p) for n, (m, p, _) in loaded["drafts"].items()}
+
+
+def _policy(name: str, t_target: dict, t_draft: float):
+    if name == "heuristic":
+        return HeuristicGamma()
+    if name.startswith("confidence"):
+        _, _, threshold = name.partition(":")
+        return ConfidenceGamma(float(threshold) if threshold else 0.4)
+    if name == "theory":
+        return TheoryGamma.from_costs(t_target, t_draft, static_verify=False)
+    if name == "fixed_via_adaptive":
+        return FixedGamma()
+    raise ValueError(f"policies: unknown policy {name!r}")
+
+
+def _row(label, result, seconds) -> dict:
+    s = summarize_stats([r.stats for r in result])
+    tokens = max(s["tokens_emitted"], 1)
+    return dict(
+        decoder=label,
+        ms_per_token=float(np.median(seconds)) * 1e3 / tokens,
+        tokens_per_target_call=s["tokens_emitted"] / s["target_calls"],
+        draft_calls_per_token=s["draft_calls"] / tokens,
+        alpha=s["alpha_empirical"],
+        mean_gamma=s.get("mean_gamma", float(label[5:]) if label[5:].isdigit() else np.nan),
+    )
+
+
+def run(c, workdir: str, log=print) -> dict:
+    """Measures every policy and fixed γ per draft and temperature; returns JSON-able results."""
+    target, tparams, drafts = _models(c, workdir, log)
+    val = np.asarray(load_corpus(c.corpus, "validation", ByteTokenizer()))
+    prompts = [np.asarray(p) for p in sample_prompts(val, c.prompts, c.prompt_len, seed=1).tokens]
+    gamma_max = max(c.gammas)
+    where = dict(context=c.prompt_len, cache_len=c.cache_len, steps=16, repeats=3)
+    t_target = {k: call_cost(target, tparams, k, **where).median for k in range(1, gamma_max + 2)}
+    log("T(k)/T(1): " + ", ".join(f"{k}: {v / t_target[1]:.2f}" for k, v in t_target.items()))
+    out = {"T_target_ms": {k: v * 1e3 for k, v in t_target.items()}, "blocks": []}
+    for name, (draft, dparams) in drafts.items():
+        t_draft = call_cost(draft, dparams, 1, **where).median
+        log(f"{name}: c = {t_draft / t_target[1]:.4f}")
+        for t in c.temperatures:
+            warper = make_warper(t)
+            decoders = {
+                f"fixed{g}": SpeculativeDecoder(target, draft, g, warper, c.cache_len)
+                for g in c.gammas
+            }
+            for label in c.policies:
+                decoders[label] = SpeculativeDecoder(
+                    target,
+                    draft,
+                    gamma_max,
+                    warper,
+                    c.cache_len,
+                    gamma_policy=_policy(label, t_target, t_draft),
+                )
+            key = jax.random.PRNGKey(c.seed)
+            calls = {
+                label: (
+                    lambda d=d, dp=dparams, k=key: [
+                        d.generate(
+                            tparams,
+                            dp,
+                            prompts=[p],
+                            key=k,
+                            max_new_tokens=c.max_new_tokens,
+                        )
+                        for p in prompts
+                    ]
+                )
+                for label, d in decoders.items()
+            }
+            timed = round_robin(calls, c.repeats)
+            rows = [_row(label, r["last"], r["cpu"]) for label, r in timed.items()]
+            fixed = [r for r in rows if r["decoder"] in {f"fixed{g}" for g in c.gammas}]
+            best = min(fixed, key=lambda r: r["ms_per_token"])
+            for r in rows:
+                r["vs_best_fixed"] = best["ms_per_token"] / r["ms_per_token"]
+            out["blocks"].append(
+                dict(
+                    draft=name,
+                    temperature=float(t),
+                    c=t_draft / t_target[1],
+                    best_fixed=best["decoder"],
+                    rows=rows,
+                )
+            )
+            log(report_block(out["blocks"][-1]))
+    return out
+
+
+def report_block(block: dict) -> str:
+    """One draft and temperature as a markdown table."""
+    lines = [
+        f"**{block['draft']}, t = {block['temperature']:g}** (c = {block['c']:.3f}; best fixed: "
+        f"{block['best_fixed']})",
+        "",
+        "| decoder | ms/token | tokens/target call | draft calls/token | α | mean γ "
+        "| vs best fixed |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in block["rows"]:
+        lines.append(
+            f"| {r['decoder']} | {r['ms_per_token']:.3f} | {r['tokens_per_target_call']:.2f} | "
+            f"{r['draft_calls_per_token']:.2f} | {r['alpha']:.3f} | {r['mean_gamma']:.2f} | "
+            f"{r['vs_best_fixed']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def report(results: dict) -> str:
+    """Every block, then per policy the worst ratio to the best fixed γ over the blocks."""
+    parts = [report_block(b) for b in results["blocks"]]
+    policies = [
+        r["decoder"] for r in results["blocks"][0]["rows"] if not r["decoder"][5:].isdigit()
+    ]
+    lines = ["| policy | worst vs best fixed | best vs best fixed |", "|---|---|---|"]
+    for p in policies:
+        ratios = [
+            r["vs_best_fixed"] for b in results["blocks"] for r in b["rows"] if r["decoder"] == p
+        ]
+        lines.append(f"| {p} | {min(ratios):.3f} | {max(ratios):.3f} |")
+    return "\n\n".join(parts + ["\n".join(lines)])

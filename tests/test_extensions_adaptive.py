@@ -1,0 +1,66 @@
+"""The extensions experiment's adaptive-γ part end to end on `configs/extensions.py:tiny`.
+
+Trains the seconds-sized test target into a temporary model cache, fits the bigram draft, then
+measures every fixed γ and policy at t = 1 (runtime ~40 s on 2 busy cores). The figures are
+noise at this size; the checks are on the bookkeeping: every decoder's row is there, counts
+are within what γ allows, the best fixed γ is 1.0x of itself, and the report is a function of
+results.json.
+"""
+
+import json
+import os
+
+import pytest
+
+from configs import extensions as ext_config
+from experiments.extensions import adaptive, pipeline
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:  # the test models go to a temporary cache
+        patch.setenv("SPECJAX_CACHE", str(tmp_path_factory.mktemp("cache")))
+        config = ext_config.get_config("tiny,parts=adaptive")
+        workdir = str(tmp_path_factory.mktemp("extensions"))
+        yield config, workdir, pipeline.run(config, workdir, log=lambda *_: None)
+
+
+@pytest.mark.slow
+def test_every_decoder_is_measured_within_what_gamma_allows(run):
+    config, _, results = run
+    c = config.adaptive
+    (block,) = results["adaptive"]["blocks"]
+    rows = {r["decoder"]: r for r in block["rows"]}
+    assert set(rows) == {f"fixed{g}" for g in c.gammas} | set(c.policies)
+    gamma_max = max(c.gammas)
+    for name, r in rows.items():
+        gamma = int(name[5:]) if name[5:].isdigit() else gamma_max
+        assert 1.0 <= r["tokens_per_target_call"] <= gamma + 1, name
+        assert 1.0 <= r["mean_gamma"] <= gamma, name
+        assert 0.0 <= r["alpha"] <= 1.0, name
+        assert r["ms_per_token"] > 0, name
+    assert rows[block["best_fixed"]]["vs_best_fixed"] == pytest.approx(1.0)
+    assert all(
+        rows[f"fixed{g}"]["vs_best_fixed"] <= 1.0 + 1e-12 for g in c.gammas
+    )  # the best fixed γ is the fastest fixed γ
+    # A constant budget through the adaptive drafter drafts gamma_max every iteration.
+    assert rows["fixed_via_adaptive"]["mean_gamma"] == pytest.approx(gamma_max)
+
+
+@pytest.mark.slow
+def test_the_report_is_a_function_of_the_saved_results(run):
+    _, workdir, _ = run
+    with open(os.path.join(workdir, "adaptive", "results.json"), encoding="utf-8") as f:
+        saved = json.load(f)
+    with open(os.path.join(workdir, "adaptive", "results.md"), encoding="utf-8") as f:
+        assert f.read() == adaptive.report(saved) + "\n"
+
+
+def test_config_errors_name_the_option():
+    with pytest.raises(ValueError, match="parts"):
+        ext_config.get_config("parts=adaptive/speculative_sampling")
+    with pytest.raises(ValueError, match="Unknown config option"):
+        ext_config.get_config("gamma=3")
+    config = ext_config.get_config("tiny,parts=adaptive,temperatures=0/1,repeats=2")
+    assert tuple(config.adaptive.temperatures) == (0.0, 1.0)
+    assert config.adaptive.repeats == 2
