@@ -6,8 +6,8 @@ For each draft and temperature: the target's T(k) and the draft's step cost are 
 (for `TheoryGamma`), then speculative decoding with every fixed γ in `gammas` and with each
 policy at gamma_max = max(gammas) decodes the same validation prompts at batch 1 (each prompt
 its own call, the paper's setting), timed round-robin (CPU seconds, median over `repeats`).
-The policies verify only as wide as their drafts (`verify_widths="auto"`), and the theory
-policy models that (`static_verify=False`); `fixed<gamma_max>-via-adaptive` is the adaptive
+The policies verify only as wide as their drafts (`verify_widths="auto"`), which the theory
+policy models (its default `static_verify=False`); `fixed<gamma_max>-via-adaptive` is the adaptive
 drafter at a constant γ, its own overhead against the fixed-γ scan. The best fixed γ is found
 after the fact; each row's `vs_best_fixed` is the best fixed γ's ms/token over its own.
 """
@@ -69,7 +69,7 @@ def _policy(name: str, t_target: dict, t_draft: float):
         _, _, threshold = name.partition(":")
         return ConfidenceGamma(float(threshold) if threshold else 0.4)
     if name == "theory":
-        return TheoryGamma.from_costs(t_target, t_draft, static_verify=False)
+        return TheoryGamma.from_costs(t_target, t_draft)
     if name == "fixed_via_adaptive":
         return FixedGamma()
     raise ValueError(f"policies: unknown policy {name!r}")
