@@ -45,6 +45,9 @@ def test_every_decoder_is_measured_within_what_gamma_allows(run):
     )  # the best fixed γ is the fastest fixed γ
     # A constant budget through the adaptive drafter drafts gamma_max every iteration.
     assert rows["fixed_via_adaptive"]["mean_gamma"] == pytest.approx(gamma_max)
+    # Verifying only as wide as the drafts changes the cost, never the tokens.
+    for key in ("tokens_per_target_call", "alpha", "draft_calls_per_token"):
+        assert rows["fixed_via_adaptive+auto"][key] == rows["fixed_via_adaptive"][key], key
 
 
 @pytest.mark.slow

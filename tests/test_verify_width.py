@@ -76,12 +76,15 @@ def test_auto_widths_follow_whether_proposals_vary_in_length():
     draft, _ = drafts()["noisy_self"]
     plain = SpeculativeDecoder(TARGET, draft, 3, GREEDY, CACHE_LEN)
     adaptive = SpeculativeDecoder(
-        TARGET, draft, 3, GREEDY, CACHE_LEN, gamma_policy=HeuristicGamma()
+        TARGET, draft, 3, GREEDY, CACHE_LEN, gamma_policy=HeuristicGamma(), verify_widths="auto"
     )
-    lookup = SpeculativeDecoder(TARGET, LookupDrafter(TARGET.vocab_size), 3, GREEDY, CACHE_LEN)
-    assert plain.widths == (3,)
+    lookup = SpeculativeDecoder(
+        TARGET, LookupDrafter(TARGET.vocab_size), 3, GREEDY, CACHE_LEN, verify_widths="auto"
+    )
+    assert plain.widths == dataclasses.replace(plain, verify_widths="auto").widths == (3,)
     assert adaptive.widths == lookup.widths == (1, 2, 3)
-    assert dataclasses.replace(adaptive, verify_widths="static").widths == (3,)
+    assert dataclasses.replace(adaptive, verify_widths="static").widths == (3,)  # the default
+    assert dataclasses.replace(adaptive, verify_widths=(1, 3)).widths == (1, 3)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

@@ -6,8 +6,9 @@ For each draft and temperature: the target's T(k) and the draft's step cost are 
 (for `TheoryGamma`), then speculative decoding with every fixed γ in `gammas` and with each
 policy at gamma_max = max(gammas) decodes the same validation prompts at batch 1 (each prompt
 its own call, the paper's setting), timed round-robin (CPU seconds, median over `repeats`).
-The policies verify only as wide as their drafts (`verify_widths="auto"`), which the theory
-policy models (its default `static_verify=False`); `fixed<gamma_max>-via-adaptive` is the adaptive
+The policies verify at the static width gamma_max + 1 (the default; the theory policy models
+it), and a name with "+auto" verifies only as wide as its drafts (`verify_widths="auto"`; the
+theory policy then models γ + 1); `fixed<gamma_max>-via-adaptive` is the adaptive
 drafter at a constant γ, its own overhead against the fixed-γ scan. The best fixed γ is found
 after the fact; each row's `vs_best_fixed` is the best fixed γ's ms/token over its own.
 """
@@ -42,7 +43,14 @@ def config(tiny: bool = False) -> ml_collections.ConfigDict:
     c.drafts = ("bigram",) if tiny else ("mini_draft_distilled", "bigram")
     c.temperatures = (1.0,) if tiny else (0.0, 1.0)
     c.gammas = (1, 2) if tiny else (1, 2, 3, 4, 5, 6)
-    c.policies = ("heuristic", "confidence:0.4", "theory", "fixed_via_adaptive")
+    c.policies = (
+        "heuristic",
+        "confidence:0.4",
+        "theory",
+        "theory+auto",
+        "fixed_via_adaptive",
+        "fixed_via_adaptive+auto",
+    )
     c.prompts = 1 if tiny else 4
     c.prompt_len = 16 if tiny else 64
     c.max_new_tokens = 16 if tiny else 96
@@ -63,13 +71,22 @@ def _models(c, workdir: str, log):
 
 
 def _policy(name: str, t_target: dict, t_draft: float):
+    """(policy, verify_widths) of a policy name; "+auto" verifies only as wide as the drafts."""
+    name, plus, widths = name.partition("+")
+    if plus and widths != "auto":
+        raise ValueError(f"policies: unknown suffix +{widths!r} (only +auto)")
+    policy = _policy_only(name, t_target, t_draft, static=not plus)
+    return policy, widths or "static"
+
+
+def _policy_only(name: str, t_target: dict, t_draft: float, static: bool):
     if name == "heuristic":
         return HeuristicGamma()
     if name.startswith("confidence"):
         _, _, threshold = name.partition(":")
         return ConfidenceGamma(float(threshold) if threshold else 0.4)
     if name == "theory":
-        return TheoryGamma.from_costs(t_target, t_draft)
+        return TheoryGamma.from_costs(t_target, t_draft, static_verify=static)
     if name == "fixed_via_adaptive":
         return FixedGamma()
     raise ValueError(f"policies: unknown policy {name!r}")
@@ -113,13 +130,15 @@ def run(c, workdir: str, log=print) -> dict:
                 for g in c.gammas
             }
             for label in c.policies:
+                policy, widths = _policy(label, t_target, t_draft)
                 decoders[label] = SpeculativeDecoder(
                     target,
                     draft,
                     gamma_max,
                     warper,
                     c.cache_len,
-                    gamma_policy=_policy(label, t_target, t_draft),
+                    gamma_policy=policy,
+                    verify_widths=widths,
                 )
             key = jax.random.PRNGKey(c.seed)
             calls = {

@@ -183,10 +183,10 @@ class TheoryGamma(_PastOnly):
     speedup(γ) = (1 − α̂^{γ+1}) / (1 − α̂) · T(1) / (T(v) + γ · c · T(1)), the model of
     `theory.measured_speedup` with T(k) the target's cost of scoring k tokens (relative to
     T(1)), c the draft step's cost relative to T(1), and v the positions the target scores:
-    γ + 1 by default (`SpeculativeDecoder` verifies only as wide as the longest drafted row:
-    `verify_width.py`; at batch 1 that is the row's own γ), or gamma_max + 1 with
-    `static_verify` (a decoder built with `verify_widths="static"`, whose short γ saves draft
-    steps only). α̂ = (A + a) / (A + R + a + r) is the
+    gamma_max + 1 with `static_verify` (the default decoder: its verification has a static
+    width, so a short γ saves draft steps only), else γ + 1 (a decoder built with
+    `verify_widths="auto"`, which verifies only as wide as the longest drafted row: at batch 1
+    the row's own γ). α̂ = (A + a) / (A + R + a + r) is the
     censored-geometric MLE from past iterations (A accepted drafts, R iterations that ended in
     a rejection; an all-accepted iteration is censored and adds no R), with a prior of
     `prior_strength` pseudo-observations at `prior_alpha`; `decay` < 1 forgets old evidence.
@@ -199,8 +199,8 @@ class TheoryGamma(_PastOnly):
       prior_alpha: α the estimate starts from, in (0, 1).
       prior_strength: pseudo-observations behind the prior, > 0.
       decay: per-iteration forgetting factor of A and R, in (0, 1].
-      static_verify: the target scores gamma_max + 1 positions whatever γ is (True: a decoder
-        with `verify_widths="static"`), or γ + 1 (False, the default decoder at batch 1).
+      static_verify: the target scores gamma_max + 1 positions whatever γ is (True, the
+        default decoder), or γ + 1 (False: `verify_widths="auto"` at batch 1).
     """
 
     c: float = 0.1
@@ -208,7 +208,7 @@ class TheoryGamma(_PastOnly):
     prior_alpha: float = 0.6
     prior_strength: float = 2.0
     decay: float = 1.0
-    static_verify: bool = False
+    static_verify: bool = True
 
     def __post_init__(self):
         if isinstance(self.c, bool) or not isinstance(self.c, int | float) or self.c < 0:
