@@ -12,6 +12,7 @@ calls, chi-square checks), `stats` (pooled Pearson chi-square, p-values without 
 """
 
 from specjax.testing import biased, law, sampler, stats
+from specjax.testing.decoder import check_decoder, tiny_bigram_pair
 from specjax.testing.kit import (
     KINDS,
     Calibration,
@@ -32,9 +33,11 @@ __all__ = [
     "biased",
     "calibrate",
     "check_acceptance_rule",
+    "check_decoder",
     "chi2_sf",
     "law",
     "pooled_chi2",
     "sampler",
     "stats",
+    "tiny_bigram_pair",
 ]
