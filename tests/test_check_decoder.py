@@ -16,24 +16,12 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from check_decoder_setup import PAIR, T1, check
 
 from specjax import testing
 from specjax.decoding.gamma_policy import HeuristicGamma
 from specjax.decoding.rules import BoundRule, accept_rule
-from specjax.decoding.sampling import make_warper
 from specjax.decoding.speculative import SpeculativeDecoder
-
-DRAWS = 1 << 14
-PROMPTS = ((1, 2),)
-PAIR = testing.tiny_bigram_pair(5, seed=0)
-T1 = make_warper(1.0)
-
-
-def _check(decoder, **kwargs):
-    target, tp, draft, dp = PAIR
-    report = testing.check_decoder(decoder, tp, dp, draws=DRAWS, prompts=PROMPTS, **kwargs)
-    print(report)
-    return report
 
 
 def _chain(accept="tokenwise", gamma=3, **kwargs):
@@ -53,7 +41,7 @@ def _chain(accept="tokenwise", gamma=3, **kwargs):
 )
 def test_lossless_decoders_pass(make, greedy):
     decoder = make()
-    report = _check(decoder, greedy=greedy)
+    report = check(decoder, greedy=greedy)
     assert report.passed, str(report)
     assert report.num_checks == max(3, decoder.tokens_per_step) + 1 + greedy
 
@@ -77,13 +65,13 @@ def _accept_everything(key, draft_tokens, draft_probs, target_probs, *, fill_val
     ids=["no_residual", "accept_everything"],
 )
 def test_biased_decoders_fail(make):
-    report = _check(make(), greedy=False)
+    report = check(make(), greedy=False)
     assert not report.passed and report.min_pvalue < 1e-20, str(report)
 
 
 def test_a_lossy_rule_fails_and_its_greedy_equality_holds():
     # typical:0.09,0.3 is flagged by check_acceptance_rule in test_lossy_accept.py.
-    report = _check(_chain("lenient:0.5"))
+    report = check(_chain("lenient:0.5"))
     assert not report.passed and report.min_pvalue < 1e-20, str(report)
     assert report.worst("greedy_t0").passed  # at temperature 0 both rules are exact
 

@@ -15,24 +15,11 @@ import dataclasses
 
 import jax.numpy as jnp
 import pytest
+from check_decoder_setup import PAIR, T1, check
 from tree_reference import make_switches, reference_accept
 
-from specjax import testing
-from specjax.decoding.sampling import make_warper
 from specjax.decoding.tree import TokenTree
 from specjax.decoding.tree_decoder import TreeSpeculativeDecoder
-
-DRAWS = 1 << 14
-PROMPTS = ((1, 2),)
-PAIR = testing.tiny_bigram_pair(5, seed=0)
-T1 = make_warper(1.0)
-
-
-def _check(decoder, **kwargs):
-    target, tp, draft, dp = PAIR
-    report = testing.check_decoder(decoder, tp, dp, draws=DRAWS, prompts=PROMPTS, **kwargs)
-    print(report)
-    return report
 
 
 def _tree(branching, replacement=True, cls=TreeSpeculativeDecoder):
@@ -52,7 +39,7 @@ def _tree(branching, replacement=True, cls=TreeSpeculativeDecoder):
 )
 def test_lossless_tree_decoders_pass(make, greedy):
     decoder = make()
-    report = _check(decoder, greedy=greedy)
+    report = check(decoder, greedy=greedy)
     assert report.passed, str(report)
     assert report.num_checks == max(3, decoder.tokens_per_step) + 1 + greedy
 
@@ -90,7 +77,7 @@ class NoSiblingResidualTree(TreeSpeculativeDecoder):
 
 
 def test_a_tree_without_the_residual_update_between_siblings_fails():
-    report = _check(_tree((3, 2), cls=NoSiblingResidualTree), greedy=False)
+    report = check(_tree((3, 2), cls=NoSiblingResidualTree), greedy=False)
     assert not report.passed and report.min_pvalue < 1e-20, str(report)
 
 
@@ -100,5 +87,5 @@ def test_the_biased_tree_plumbing_without_its_bug_passes():
     target, _, draft, _ = PAIR
     tree = TokenTree.from_branching((3, 2))
     decoder = NoSiblingResidualTree(target, draft, tree, T1, cache_len=32, bug=None)
-    report = _check(decoder, greedy=False)
+    report = check(decoder, greedy=False)
     assert report.passed, str(report)
