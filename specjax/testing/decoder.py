@@ -14,13 +14,14 @@ new tokens and compares the first L emitted tokens with the target's exact law:
   * the target's law is enumerated with the target model's own forward pass: every one of the
     vocab^(L-1) continuations is fed after the prompt in one batch, the decoder's warper turns
     the logits into p(x_t | prompt, x_<t), and the joint is their product (float64), so any
-    target whose vocabulary is tiny works (an `NgramLM` bigram of `tiny_bigram_pair`, a tiny
-    transformer);
+    target whose vocabulary is tiny can be used (the tests use `NgramLM` bigrams from
+    `tiny_bigram_pair`; a tiny transformer goes through the same `apply`, untested here);
   * checks per prompt, as `check_acceptance_rule`'s: the pooled chi-square of the joint of the
     L tokens (vocab^L cells; at least three tokens, since some biased rules are exact for two)
     and of each position's marginal, failing below `threshold` = 1e-6; an emitted sequence of
-    target probability 0 fails outright. k = prompts x (L + 1) checks, so a lossless decoder
-    fails a run with probability <= k x 1e-6 (Bonferroni; the report states it);
+    target probability 0 fails outright. k = prompts x (L + 1) checks (+ 1 for the greedy
+    check, counted at 1e-6 too though it is deterministic), so a lossless decoder fails a run
+    with probability <= k x 1e-6 (Bonferroni; the report states it);
   * with `greedy=True` and a decoder that has a `warper` field: the decoder rebuilt at
     temperature 0 must equal the autoregressive decoder token for token on every prompt
     (`greedy_equality`, a deterministic check: pass or fail, recorded as p-value 1 or 0).
@@ -186,6 +187,11 @@ def check_decoder(
     if len(params) != len(decoder.models):
         raise ValueError(
             f"params: {decoder!r} takes {len(decoder.models)} params pytrees; got {len(params)}"
+        )
+    if greedy and not dataclasses.is_dataclass(decoder):
+        raise ValueError(
+            f"greedy=True rebuilds the decoder at temperature 0 (dataclasses.replace); "
+            f"{type(decoder).__name__} is not a dataclass: pass greedy=False"
         )
     if draws < 1 or batch < 1:
         raise ValueError(f"draws and batch must be >= 1; got {draws}, {batch}")
