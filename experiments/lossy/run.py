@@ -21,8 +21,9 @@ Per setting:
     tokens, mean over the "prefix" and "peaked" cases); the lossless rules are exact there
     (lenient:1 = tokenwise is enumerated; block by tests/test_block_accept_exact.py).
 
-Writes <workdir>/results.json, results.md (the table) and speedup_vs_tv.png. Measured numbers:
-experiments/lossy/RESULTS.md.
+Writes <workdir>/results.json, results.md (the table), speedup_vs_tv.png and
+tokens_per_call_vs_tv.png (`--from_json=results.json` redraws them without measuring). Measured
+numbers: experiments/lossy/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ flags.DEFINE_integer("stat_prompts", 64, "rows of the batched tokens-per-call ru
 flags.DEFINE_integer("max_new_tokens", 128, "tokens per row")
 flags.DEFINE_integer("repeats", 3, "timed rounds")
 flags.DEFINE_integer("seed", 0, "seed")
+flags.DEFINE_string("from_json", "", "write the table and plots from this results.json only")
 
 
 def _cached(prefix: str) -> str:
@@ -147,8 +149,40 @@ def format_table(rows: list[dict], meta: dict) -> str:
     return "\n".join(lines)
 
 
+def write_outputs(rows: list[dict], meta: dict, workdir: str) -> None:
+    """results.json, results.md and two PNGs: speedup vs TV, tokens per call vs TV."""
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "results.json"), "w", encoding="utf-8") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1, default=float)
+    with open(os.path.join(workdir, "results.md"), "w", encoding="utf-8") as f:
+        f.write(format_table(rows, meta) + "\n")
+    setting = f"γ = {meta['gamma']}, t = {meta['temperature']:g}"
+    for column, name, label in (
+        ("speedup", "speedup_vs_tv.png", "walltime speedup over AR (batch 1, medians)"),
+        ("tokens_per_call", "tokens_per_call_vs_tv.png", "tokens per target call"),
+    ):
+        series = [
+            Series([r["tv_first_mini"]], [r[column]], label=r["rule"], marker="o") for r in rows
+        ]
+        save_line_plot(
+            os.path.join(workdir, name),
+            series,
+            xlabel="TV from p of the first emitted token (mini pair, closed form)",
+            ylabel=label,
+            title=f"What each acceptance knob buys and costs ({setting})",
+            hline=1.0 if column == "speedup" else None,
+            integer_x=False,
+        )
+
+
 def main(argv) -> None:
     del argv
+    if FLAGS.from_json:  # only the table and plots again, from a saved run
+        with open(FLAGS.from_json, encoding="utf-8") as f:
+            saved = json.load(f)
+        write_outputs(saved["rows"], saved["meta"], FLAGS.workdir)
+        print(format_table(saved["rows"], saved["meta"]))
+        return
     start = time.perf_counter()
     os.makedirs(FLAGS.workdir, exist_ok=True)
     target_dir = _cached(f"mini_target-{FLAGS.corpus}")
@@ -203,25 +237,8 @@ def main(argv) -> None:
         "load_average": os.getloadavg(),
         "seconds": time.perf_counter() - start,
     }
-    table = format_table(rows, meta)
-    with open(os.path.join(FLAGS.workdir, "results.json"), "w", encoding="utf-8") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1, default=float)
-    with open(os.path.join(FLAGS.workdir, "results.md"), "w", encoding="utf-8") as f:
-        f.write(table + "\n")
-    series = [
-        Series([r["tv_first_mini"]], [r["speedup"]], label=r["rule"], marker="o") for r in rows
-    ]
-    save_line_plot(
-        os.path.join(FLAGS.workdir, "speedup_vs_tv.png"),
-        series,
-        xlabel="TV from p of the first emitted token (mini pair, closed form)",
-        ylabel="walltime speedup over AR",
-        title=f"What each acceptance knob buys and costs (γ = {FLAGS.gamma}, t = "
-        f"{FLAGS.temperature:g})",
-        hline=1.0,
-        integer_x=False,
-    )
-    print(table)
+    write_outputs(rows, meta, FLAGS.workdir)
+    print(format_table(rows, meta))
     print(f"load average {meta['load_average']}; {meta['seconds']:.0f} s; in {FLAGS.workdir}")
 
 
