@@ -43,7 +43,8 @@ String options after the colon (comma-separated, big_vision style):
                          separated here; --config.tree="3,2,1" or a parents list "-1,0,0,1,1")
     rule=with            tree siblings drawn with (SpecInfer) or without (Sequoia) replacement
     accept=tokenwise     the chain's acceptance rule: tokenwise | block (block verification);
-                         any name of specjax.decoding.rules.RULES, args after ":" ("/"-separated)
+                         any name of specjax.decoding.rules.RULES, args after ":" ("/"-separated):
+                         LOSSY lenient:0.5, typical:0.09/0.3 (recorded as lossless=False)
     temperature=0        0 = greedy (then speculative output must equal autoregressive output)
     top_k=0              0 disables; e.g. top_k=40
     top_p=1              1 disables; e.g. top_p=0.95
@@ -158,7 +159,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # ("3,2,1") or the parents of nodes 0..N-1 ("-1,0,0,1,1"); see specjax.decoding.tree.
     config.tree = config_dict.placeholder(str)
     # The gamma-chain's acceptance rule by name (specjax.decoding.rules): "tokenwise" (Leviathan
-    # et al.'s) or "block" (block verification, Sun et al. 2024: lossless, more drafts kept).
+    # et al.'s) or "block" (block verification, Sun et al. 2024: lossless, more drafts kept);
+    # "lenient:L" and "typical:EPS,DELTA" are LOSSY contrasts (specjax.decoding.lossy).
     config.accept = "tokenwise"
     # Tree siblings sampled with replacement (SpecInfer's rule) or without (Sequoia's).
     config.tree_replacement = True

@@ -18,7 +18,14 @@ second run only measures. Hardware: our 2-core CPU; runtimes in the README.
     python -m experiments.main --config=configs/leviathan2023.py:smoke --workdir=/tmp/lev-smoke
 
 String options (comma-separated): `tiny`, `smoke`, `corpus=python|shakespeare`, `gammas=1/2/4`,
-`repeats=5`, `drafts=bigram/draft_m` (subset of the drafts below).
+`repeats=5`, `drafts=bigram/draft_m` (subset of the drafts below), `accept=block` (Table 2's
+acceptance rule: tokenwise | block | lenient:L | typical:EPS/DELTA; the lossy two are marked
+LOSSY), `compare_block` (adds the block-verification table: token-wise vs block tokens per
+call and walltime for every γ at each t > 0, timed side by side).
+
+    # The block column on the cached mini pair (python), γ = 1..8 at t = 1:
+    python -m experiments.main --config=configs/leviathan2023.py:tiny,compare_block \
+        --config.temperatures="(1.0,)" --config.gammas="(1,2,3,4,5,6,7,8)" --workdir=runs/lev-block
 """
 
 import ml_collections
@@ -40,10 +47,10 @@ def _parse(arg):
     return parse_options(
         arg,
         ints=("repeats",),
-        strs=("corpus",),
+        strs=("corpus", "accept"),
         int_lists=("gammas",),
         str_lists=("drafts",),
-        switches=("tiny", "smoke"),
+        switches=("tiny", "smoke", "compare_block"),
     )
 
 
@@ -78,6 +85,15 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
     config.max_new_tokens = 64 if tiny else 128
     config.repeats = int(options.get("repeats", 3))
     config.cache_len = 256
+    # Table 2's acceptance rule by name (specjax.decoding.rules): "tokenwise" (the paper's),
+    # "block" (Sun et al. 2024), or the LOSSY contrasts "lenient:L", "typical:EPS,DELTA".
+    config.accept = options.get("accept", "tokenwise")
+    # Also measure token-wise vs block verification side by side (tokens per call, walltime)
+    # for every γ at each temperature > 0, on `block_drafts` (empty: every draft).
+    config.compare_block = bool(options.get("compare_block", False))
+    config.block_drafts = ()
+    # Rows of the batched run that measures tokens per call in the block table.
+    config.block_stat_prompts = 64
 
     # Cost measurement: calls per timed loop and the context already in the cache.
     config.cost_steps = 64

@@ -25,7 +25,7 @@ from specjax.data import EOS_ID, ByteTokenizer, load_corpus
 from specjax.decoding.autoregressive import AutoregressiveDecoder
 from specjax.decoding.gamma_policy import TheoryGamma, parse_gamma_policy
 from specjax.decoding.lookup_tree import LookupTreeDrafter
-from specjax.decoding.rules import accept_rule
+from specjax.decoding.rules import accept_rule, is_lossless
 from specjax.decoding.sampling import Greedy, Temperature, TopK, TopP, make_warper
 from specjax.decoding.speculative import SpeculativeDecoder
 from specjax.decoding.tree import TokenTree
@@ -394,7 +394,10 @@ def _shape(result: dict) -> str:
         accept = result.get("accept", "tokenwise")
         policy = result.get("gamma_policy", "fixed")
         text = f"gamma={result['gamma']}" + ("" if policy == "fixed" else f" (max, {policy})")
-        return text + ("" if accept == "tokenwise" else f", {accept}")
+        lossy = (
+            "" if result.get("lossless", True) else " (LOSSY: output does not follow the target)"
+        )
+        return text + ("" if accept == "tokenwise" else f", {accept}") + lossy
     rule = "with" if tree["replacement"] else "without"
     return f"tree of {tree['nodes']} nodes, depth {tree['depth']} (siblings {rule} replacement)"
 
@@ -499,6 +502,12 @@ def run(config, workdir: str) -> dict:
       The result dict that was written to generate.json.
     """
     _check_config(config)
+    if is_lossless(accept_rule(config.accept)) is False:
+        logging.warning(
+            "config.accept=%r is LOSSY: the speculative output does not follow the target "
+            "(recorded as lossless=False in generate.json)",
+            config.accept,
+        )
     if config.draft_hf_checkpoint and not config.target_hf_checkpoint:
         raise ValueError("config.draft_hf_checkpoint needs config.target_hf_checkpoint too")
     weights, note = resolve_weights(config)  # the note is printed with the report
@@ -560,6 +569,7 @@ def run(config, workdir: str) -> dict:
         "note": note,
         "gamma": int(config.gamma),
         "accept": config.accept,
+        "lossless": bool(is_lossless(accept_rule(config.accept)) is not False),
         "gamma_policy": str(config.get("gamma_policy", "fixed")),
         "tree": None
         if tree is None

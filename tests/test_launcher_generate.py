@@ -89,6 +89,13 @@ def test_block_verification_is_selectable_and_greedy_identical(tmp_path, capsys)
     result = generate_mode.run(config, str(tmp_path))
     assert result["accept"] == "block" and result["greedy_identical"] is True
     assert "gamma=4, block" in capsys.readouterr().out
+    assert result["lossless"] is True
+
+
+def test_a_lossy_rule_is_recorded_and_said():
+    shape = {"speculative": {}, "tree": None, "gamma": 4, "accept": "lenient:0.5"}
+    assert "LOSSY" in generate_mode._shape({**shape, "lossless": False})
+    assert "LOSSY" not in generate_mode._shape({**shape, "lossless": True})
 
 
 def test_accept_rule_names():

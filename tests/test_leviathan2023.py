@@ -36,6 +36,10 @@ def run_dir(tmp_path_factory):
     config.cost_steps = 2
     config.iteration_steps = 2
     config.cost_context = 16
+    # The block table on one draft (every γ at t = 1), tokens per call from 8 batched rows.
+    config.compare_block = True
+    config.block_drafts = ("tiny_draft",)
+    config.block_stat_prompts = 8
     workdir = str(tmp_path_factory.mktemp("lev"))
     try:
         results = pipeline.run(config, workdir)
@@ -104,6 +108,37 @@ def test_figures_are_consistent(run_dir):
     # Greedy α for the distilled draft is measured with argmax warpers: each β is 0 or 1.
     offsets = np.array(saved["alpha"]["0"]["tiny_draft"]["alpha_by_offset"])
     assert np.all((offsets >= 0) & (offsets <= 1))
+
+
+@pytest.mark.slow
+def test_block_table_compares_the_rules_side_by_side(run_dir):
+    _, workdir, results, _ = run_dir
+    assert list(results["block"]) == ["t1/tiny_draft"]  # t > 0 only: at t = 0 they coincide
+    rows = report.block_rows(results)
+    assert [r["gamma"] for r in rows] == [1, 2]
+    for r, raw in zip(rows, results["block"]["t1/tiny_draft"], strict=True):
+        for rule in ("tokenwise", "block"):
+            assert raw[rule]["rule"] == rule and raw[rule]["lossless"] is True
+            assert 1.0 <= raw[rule]["tokens_per_call"] <= r["gamma"] + 1
+            # One AR timing serves both rules: their speedups share the numerator.
+            assert raw[rule]["ar_ms_per_token"] == raw["tokenwise"]["ar_ms_per_token"]
+        gain = r["tokens_per_call_block"] / r["tokens_per_call_tokenwise"] - 1
+        assert r["tokens_gain"] == pytest.approx(gain)
+    # γ = 1: block verification is token-wise verification (same key, same tokens per call).
+    assert rows[0]["tokens_per_call_block"] == rows[0]["tokens_per_call_tokenwise"]
+    assert os.path.getsize(os.path.join(workdir, "block.csv")) > 0
+    assert "Block verification" in report.format_all(results)
+    assert results["accept"] == "tokenwise" and results["lossless"] is True
+
+
+def test_accept_is_selectable_and_a_bad_name_fails_before_any_work(tmp_path):
+    config = lev_config.get_config("tiny,accept=typical:0.09/0.3,compare_block")
+    assert config.accept == "typical:0.09/0.3" and config.compare_block is True
+    assert lev_config.get_config("").accept == "tokenwise"
+    config.accept = "blocky"
+    with pytest.raises(ValueError, match="unknown acceptance rule 'blocky'"):
+        pipeline.run(config, str(tmp_path))
+    assert not os.listdir(tmp_path)
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ import pytest
 from specjax import testing
 from specjax.decoding import lossy
 from specjax.decoding.acceptance import speculative_accept
-from specjax.decoding.rules import BoundRule, accept_rule
+from specjax.decoding.rules import BoundRule, accept_rule, is_lossless
 
 
 def test_rules_by_name_and_bad_arguments():
@@ -42,6 +42,21 @@ def test_rules_by_name_and_bad_arguments():
         lossy.lenient_accept(jax.random.key(0), jnp.zeros((1, 1), int), None, p, lenience=-1.0)
     with pytest.raises(ValueError, match="delta"):
         lossy.typical_accept(jax.random.key(0), jnp.zeros((1, 1), int), None, p, delta=0.0)
+
+
+def test_rules_say_whether_they_are_lossless():
+    verdicts = {
+        spec: is_lossless(accept_rule(spec))
+        for spec in ("tokenwise", "block", "lenient:1", "lenient:0.5", "typical:0.09,0.3")
+    }
+    assert verdicts == {
+        "tokenwise": True,
+        "block": True,
+        "lenient:1": True,
+        "lenient:0.5": False,
+        "typical:0.09,0.3": False,
+    }
+    assert is_lossless(lambda *a, **k: None) is None  # a user's unmarked rule: unknown
 
 
 def _random_inputs(seed, batch=256, gamma=3, vocab=7):

@@ -4,6 +4,8 @@
 
 Writes <workdir>/results.json (every figure), table3.csv, table2.csv, speedup_vs_gamma_t*.png
 and alpha_bars.png, and prints both tables with the theory's predictions beside the measurements.
+`config.accept` names Table 2's acceptance rule; `config.compare_block` adds block.csv and the
+block-verification table (token-wise vs block, side by side, every γ at each t > 0).
 """
 
 from __future__ import annotations
@@ -20,11 +22,16 @@ from experiments.leviathan2023 import report
 from specjax import theory
 from specjax.benchmark.alpha_generated import alpha_on_sequences, generate_reference
 from specjax.benchmark.costs import call_cost
+from specjax.benchmark.rule_compare import compare_rules
 from specjax.benchmark.walltime import measure_walltime
 from specjax.data import load_corpus
 from specjax.data.batches import sample_prompts
 from specjax.data.tokenizer import ByteTokenizer
+from specjax.decoding.acceptance import speculative_accept
+from specjax.decoding.block import block_accept
+from specjax.decoding.rules import accept_rule, is_lossless
 from specjax.decoding.sampling import make_warper
+from specjax.decoding.speculative import SpeculativeDecoder
 
 
 def _log(msg: str) -> None:
@@ -88,10 +95,17 @@ def measure_speedups(config, target, tparams, drafts, costs, val_tokens) -> dict
         val_tokens, config.walltime_prompts, config.walltime_prompt_len, seed=config.seed + 1
     ).tokens
     prompts = [np.asarray(p) for p in prompts]
+    rule = accept_rule(config.get("accept", "tokenwise"))
     out = {}
     for t in _temperatures(config):
         for name, (model, params, _) in drafts.items():
             _log(f"  t={t:g}, draft {name}:")
+
+            def make_decoder(gamma, model=model, t=t):
+                return SpeculativeDecoder(
+                    target, model, gamma, make_warper(t), cache_len=config.cache_len, accept=rule
+                )
+
             rows = measure_walltime(
                 target,
                 tparams,
@@ -108,9 +122,56 @@ def measure_speedups(config, target, tparams, drafts, costs, val_tokens) -> dict
                 c=costs["c"][name],
                 t_target=costs["t_target"],
                 t_draft=costs["t_draft"][name],
+                make_decoder=make_decoder,
                 log=_log,
             )
             out[(t, name)] = [r.as_dict() for r in rows]
+    return out
+
+
+def measure_block_column(config, target, tparams, drafts, val_tokens) -> dict:
+    """Token-wise vs block verification at every γ and temperature > 0, side by side.
+
+    Timed at batch 1 on Table 2's walltime prompts (AR, token-wise and block round-robin);
+    tokens per call from one batched run of `block_stat_prompts` validation prompts per rule.
+    """
+    prompts = sample_prompts(
+        val_tokens, config.walltime_prompts, config.walltime_prompt_len, seed=config.seed + 1
+    ).tokens
+    stat = sample_prompts(
+        val_tokens, config.block_stat_prompts, config.walltime_prompt_len, seed=config.seed + 2
+    ).tokens
+    names = tuple(config.get("block_drafts", ())) or tuple(drafts)
+    rules = {"tokenwise": speculative_accept, "block": block_accept}
+    out = {}
+    for t in [t for t in _temperatures(config) if t > 0]:
+        for name in names:
+            model, params, _ = drafts[name]
+            rows = []
+            for gamma in _gammas(config):
+                pair = compare_rules(
+                    target,
+                    tparams,
+                    model,
+                    params,
+                    [np.asarray(p) for p in prompts],
+                    make_warper(t),
+                    gamma,
+                    rules,
+                    stat_prompts=np.asarray(stat),
+                    max_new_tokens=config.max_new_tokens,
+                    cache_len=config.cache_len,
+                    repeats=config.repeats,
+                    seed=config.seed,
+                )
+                tw, bl = pair
+                _log(
+                    f"  t={t:g}, {name}, gamma={gamma}: tokens/call {tw.tokens_per_call:.3f} vs "
+                    f"block {bl.tokens_per_call:.3f}; speedup {tw.speedup:.2f}x vs "
+                    f"{bl.speedup:.2f}x"
+                )
+                rows.append({"gamma": gamma, "tokenwise": tw.as_dict(), "block": bl.as_dict()})
+            out[f"t{t:g}/{name}"] = rows
     return out
 
 
@@ -134,6 +195,9 @@ def add_heldout_predictions(speed: dict, alpha: dict) -> None:
 def run(config, workdir: str) -> dict:
     """Runs the whole pipeline; returns (and writes) every figure."""
     start = time.perf_counter()
+    rule = accept_rule(config.get("accept", "tokenwise"))  # a bad name fails before any work
+    if is_lossless(rule) is False:
+        _log(f"config.accept={config.accept!r} is LOSSY: Table 2 does not sample the target")
     os.makedirs(workdir, exist_ok=True)
     _log(f"[1/4] models ({'tiny' if config.tiny else 'full'}, corpus {config.corpus})")
     loaded = model_lib.load_all(config, workdir, _log)
@@ -150,6 +214,10 @@ def run(config, workdir: str) -> dict:
     _log("[4/4] walltime, autoregressive vs speculative, by gamma (Table 2)")
     speed = measure_speedups(config, target, tparams, drafts, costs, val_tokens)
     add_heldout_predictions(speed, alpha)
+    block = None
+    if config.get("compare_block", False):
+        _log("[4b] block verification vs token-wise, side by side, every gamma at t > 0")
+        block = measure_block_column(config, target, tparams, drafts, val_tokens)
 
     results = {
         "config": config.to_dict(),
@@ -166,8 +234,12 @@ def run(config, workdir: str) -> dict:
         "alpha": {f"{t:g}": v for t, v in alpha.items()},
         "costs": {"t_target": costs["t_target"], "t_draft": costs["t_draft"], "c": costs["c"]},
         "walltime": {f"t{t:g}/{name}": rows for (t, name), rows in speed.items()},
+        "accept": config.get("accept", "tokenwise"),
+        "lossless": is_lossless(accept_rule(config.get("accept", "tokenwise"))) is not False,
         "seconds": time.perf_counter() - start,
     }
+    if block is not None:
+        results["block"] = block
     with open(os.path.join(workdir, "results.json"), "w", encoding="utf-8") as f:
         json.dump(results, f, indent=1, default=float)
     report.write_all(results, workdir)

@@ -278,12 +278,64 @@ def format_table2(results: dict) -> str:
     return "\n".join(lines)
 
 
+def block_rows(results: dict) -> list[dict]:
+    """One row per (temperature, draft, γ) of the block table: token-wise vs block."""
+    rows = []
+    for key, per_gamma in results.get("block", {}).items():
+        temp, name = key.split("/", 1)
+        for r in per_gamma:
+            tw, bl = r["tokenwise"], r["block"]
+            rows.append(
+                {
+                    "temperature": temp[1:],
+                    "draft": name,
+                    "gamma": r["gamma"],
+                    "tokens_per_call_tokenwise": tw["tokens_per_call"],
+                    "tokens_per_call_block": bl["tokens_per_call"],
+                    "tokens_gain": bl["tokens_per_call"] / tw["tokens_per_call"] - 1,
+                    "speedup_tokenwise": tw["speedup"],
+                    "speedup_block": bl["speedup"],
+                    "block_over_tokenwise_walltime": tw["spec_ms_per_token"]
+                    / bl["spec_ms_per_token"],
+                }
+            )
+    return rows
+
+
+def format_block(results: dict) -> str:
+    """The block-verification table (config.compare_block), or "" when absent."""
+    rows = block_rows(results)
+    if not rows:
+        return ""
+    lines = [
+        "Block verification (Sun et al. 2024) vs token-wise, side by side in one run: tokens"
+        " per target call (batched run) and speedup over AR (batch 1, medians)",
+        f"{'t':>3} {'draft':<22}{'γ':>3}{'tok/call':>9}{'block':>8}{'gain':>7}"
+        f"{'speedup':>9}{'block':>7}{'block/tw':>9}",
+    ]
+    for r in rows:
+        lines.append(
+            f"{r['temperature']:>3} {r['draft']:<22}{r['gamma']:>3}"
+            f"{r['tokens_per_call_tokenwise']:>9.3f}{r['tokens_per_call_block']:>8.3f}"
+            f"{100 * r['tokens_gain']:>+6.1f}%{r['speedup_tokenwise']:>8.2f}x"
+            f"{r['speedup_block']:>6.2f}x{r['block_over_tokenwise_walltime']:>8.2f}x"
+        )
+    return "\n".join(lines)
+
+
 def format_all(results: dict) -> str:
     t = results["costs"]["t_target"]
     curve = ", ".join(f"T({k})={float(v) * 1e3:.2f}" for k, v in t.items())
-    return "\n\n".join(
-        [format_table3(results), f"Verification cost (ms): {curve}", format_table2(results)]
+    accept = results.get("accept", "tokenwise")
+    rule = (
+        ""
+        if accept == "tokenwise"
+        else f"Table 2's acceptance rule: {accept}"
+        + ("" if results.get("lossless", True) else " (LOSSY: does not sample the target)")
     )
+    parts = [format_table3(results), f"Verification cost (ms): {curve}", rule]
+    parts += [format_table2(results), format_block(results)]
+    return "\n\n".join(p for p in parts if p)
 
 
 def plot_speedup_vs_gamma(path: str, curves, title: str) -> str:
@@ -339,6 +391,8 @@ def write_all(results: dict, workdir: str) -> None:
     """CSV tables and PNG plots next to results.json."""
     _write_csv(os.path.join(workdir, "table3.csv"), table3_rows(results))
     _write_csv(os.path.join(workdir, "table2.csv"), table2_rows(results))
+    if results.get("block"):
+        _write_csv(os.path.join(workdir, "block.csv"), block_rows(results))
     by_temp: dict = {}
     for key, per_gamma in results["walltime"].items():
         temp, name = key.split("/", 1)

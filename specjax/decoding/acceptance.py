@@ -181,3 +181,7 @@ def __getattr__(name: str):
 
         return block_accept
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# Registry marker (`specjax.decoding.rules.is_lossless`): this rule is exact.
+speculative_accept.lossless = True

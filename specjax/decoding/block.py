@@ -223,3 +223,7 @@ def block_accept(
         positions < n, padded, jnp.where(positions == n, next_token[:, None], fill_value)
     )
     return tokens.astype(jnp.int32), tau
+
+
+# Registry marker (`specjax.decoding.rules.is_lossless`): this rule is exact.
+block_accept.lossless = True

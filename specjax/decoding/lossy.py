@@ -228,3 +228,9 @@ def typical_call_law(drafts, q, p, d, epsilon: float = 0.09, delta: float = 0.3)
         return float(p_i[x] > min(epsilon, delta * np.exp(np.sum(p_i * logp))))
 
     return _call_law(drafts, q, p, d, accept, lambda p_i, q_i: p_i)
+
+
+# Registry markers (`specjax.decoding.rules.is_lossless`): neither rule is exact (lenience = 1
+# excepted: `BoundRule.lossless` says so).
+lenient_accept.lossless = False
+typical_accept.lossless = False

@@ -6,6 +6,8 @@ slash fits inside a comma-separated config string, `--config=...:accept=typical:
 registry is a dict of small factories, so a new rule is one entry (the lossy contrasts
 "lenient:0.5" and "typical:0.09,0.3" of `specjax.decoding.lossy` are two); an unknown name or
 a wrong argument count raises a ValueError that lists the names; a bad value names the argument.
+Every rule carries a `lossless` marker (`is_lossless(rule)`: True, False for the lossy ones, None
+for a user's unmarked rule), so a caller can say beside its numbers that a run was lossy.
 """
 
 from __future__ import annotations
@@ -37,6 +39,13 @@ class BoundRule:
 
     def __call__(self, *args, **kwargs):
         return self.rule(*args, **dict(self.knobs), **kwargs)
+
+    @property
+    def lossless(self) -> bool | None:
+        """The rule's own marker (None: unknown); lenient_accept with lenience 1 is exact."""
+        if self.rule is lossy.lenient_accept and dict(self.knobs).get("lenience") == 1.0:
+            return True
+        return getattr(self.rule, "lossless", None)
 
     @property
     def __name__(self) -> str:
@@ -73,6 +82,17 @@ RULES: dict[str, Callable[..., Callable]] = {
     "lenient": _lenient,
     "typical": _typical,
 }
+
+
+def is_lossless(rule: Callable) -> bool | None:
+    """True for the library's exact rules, False for the lossy contrasts, None for a rule that
+    carries no `lossless` marker (test it: `specjax.testing.check_acceptance_rule`).
+
+    A rule says so with a `lossless` attribute (a function attribute, or a `BoundRule`'s
+    property); decoders' callers (experiments/generate.py, the leviathan2023 pipeline) record it
+    beside every result and warn when it is False.
+    """
+    return getattr(rule, "lossless", None)
 
 
 def accept_rule(spec: str) -> Callable:

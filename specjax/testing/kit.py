@@ -110,7 +110,7 @@ class Report:
 
     def __str__(self) -> str:
         lines = [
-            f"check_acceptance_rule({self.rule}): {self.draws:,} chained-call streams per case, "
+            f"check({self.rule}): {self.draws:,} streams of chained calls per case, "
             f"{self.seconds:.1f} s",
             f"{'case':<18} {'worst check':<11} {'statistic':>11} {'dof':>5} {'p-value':>10} "
             f"{'threshold':>9}  verdict",

@@ -1,0 +1,233 @@
+"""Is my decoder lossless? `check_decoder` points the kit at a whole decoder.
+
+    from specjax import testing
+    target, tp, draft, dp = testing.tiny_bigram_pair(vocab=5, seed=0)
+    report = testing.check_decoder(SpeculativeDecoder(target, draft, 4, make_warper(1.0)), tp, dp)
+    print(report); assert report.passed
+
+A decoder is any object of the loop protocol (`specjax/decoding/loop.py`: a speculative decoder
+with any accept rule or γ policy, a token-tree decoder, a hierarchy) whose `generate` takes its
+models' params positionally. For each prompt the kit runs `draws` rows (batches of `batch` rows,
+each batch its own key, so the rows are independent samples) for L = max(3, tokens_per_step)
+new tokens and compares the first L emitted tokens with the target's exact law:
+
+  * the target's law is enumerated with the target model's own forward pass: every one of the
+    vocab^(L-1) continuations is fed after the prompt in one batch, the decoder's warper turns
+    the logits into p(x_t | prompt, x_<t), and the joint is their product (float64), so any
+    target whose vocabulary is tiny can be used (the tests use `NgramLM` bigrams from
+    `tiny_bigram_pair`; a tiny transformer goes through the same `apply`, untested here);
+  * checks per prompt, as `check_acceptance_rule`'s: the pooled chi-square of the joint of the
+    L tokens (vocab^L cells; at least three tokens, since some biased rules are exact for two)
+    and of each position's marginal, failing below `threshold` = 1e-6; an emitted sequence of
+    target probability 0 fails outright. k = prompts x (L + 1) checks (+ 1 for the greedy
+    check, counted at 1e-6 too though it is deterministic), so a lossless decoder fails a run
+    with probability <= k x 1e-6 (Bonferroni; the report states it);
+  * with `greedy=True` and a decoder that has a `warper` field: the decoder rebuilt at
+    temperature 0 must equal the autoregressive decoder token for token on every prompt
+    (`greedy_equality`, a deterministic check: pass or fail, recorded as p-value 1 or 0).
+
+Seeds are fixed, so a run is deterministic. `tiny_bigram_pair` builds the target and draft
+tables by hand from Dirichlet draws with a fixed seed (the draft a mixture of the target and
+noise, so acceptance is neither certain nor rare).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.testing.kit import CheckResult, Report
+from specjax.testing.stats import PVALUE_THRESHOLD, Chi2, pooled_chi2
+
+DEFAULT_PROMPTS = ((0,), (1, 2))
+DEFAULT_DRAWS = 1 << 18
+
+
+def tiny_bigram_pair(vocab: int = 5, seed: int = 0, *, concentration: float = 0.5, mix=0.5):
+    """A bigram target and bigram draft over `vocab` tokens, tables from Dirichlet draws.
+
+    Args:
+      vocab: tokens (4-6 keep the exact law enumerable cheaply).
+      seed: fixed seed of the tables.
+      concentration: Dirichlet concentration of every row (< 1: peaked rows).
+      mix: the draft row is (1 - mix) p + mix noise, noise a fresh Dirichlet row; 1: unrelated.
+
+    Returns:
+      (target, target_params, draft, draft_params), two `NgramLM(vocab, order=2)` and their
+      {"log_probs": float32 [vocab, vocab]} params.
+    """
+    from specjax.models.ngram import NgramLM
+
+    if not (isinstance(vocab, int) and 2 <= vocab <= 8):
+        raise ValueError(f"vocab must be an integer in [2, 8]; got {vocab!r}")
+    if not 0.0 <= mix <= 1.0:
+        raise ValueError(f"mix must lie in [0, 1]; got {mix!r}")
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.full(vocab, concentration), size=vocab)  # [vocab, vocab]
+    noise = rng.dirichlet(np.full(vocab, concentration), size=vocab)
+    q = (1.0 - mix) * p + mix * noise
+    model = NgramLM(vocab, order=2)
+
+    def params(table):
+        return {"log_probs": jnp.asarray(np.log(np.maximum(table, 1e-30)), jnp.float32)}
+
+    return model, params(p), model, params(q)
+
+
+def target_law(decoder, target_params, prompt: Sequence[int], length: int) -> np.ndarray:
+    """float64 [vocab] * length: P(first `length` new tokens | prompt) under the target.
+
+    Enumerates every continuation with the target's own forward pass (one batch of
+    vocab^(length - 1) rows) and the decoder's warper.
+    """
+    target = decoder.models[0]
+    vocab = decoder.vocab_size
+    prompt = [int(t) for t in prompt]
+    prefixes = np.array(list(itertools.product(range(vocab), repeat=length - 1)), np.int32)
+    rows = prefixes.shape[0]
+    tokens = np.concatenate([np.tile(np.asarray(prompt, np.int32), (rows, 1)), prefixes], 1)
+    width = tokens.shape[1]  # P + length - 1
+    state = target.init_state(rows, width + 1)
+    logits, _ = target.apply(
+        target_params, state, jnp.asarray(tokens), jnp.full((rows,), width, jnp.int32)
+    )  # [rows, width, vocab]
+    probs = decoder.warper.probs(logits[:, len(prompt) - 1 :])  # [rows, length, vocab]
+    probs = np.asarray(probs, np.float64)
+    probs /= probs.sum(-1, keepdims=True)
+    # p(x_1..x_{L-1}) from each row's own tokens, times the last step's row.
+    chosen = np.take_along_axis(probs[:, : length - 1], prefixes[..., None], axis=-1)[..., 0]
+    joint = np.prod(chosen, axis=-1)[:, None] * probs[:, length - 1]  # [rows, vocab]
+    return joint.reshape((vocab,) * length)
+
+
+def sample_streams(
+    decoder, params, prompt, length: int, *, draws: int, batch: int, seed: int
+) -> np.ndarray:
+    """int [draws, length]: the first `length` tokens `decoder` generates after `prompt`."""
+    prompts = np.tile(np.asarray(prompt, np.int32), (batch, 1))  # [batch, P]
+    key = jax.random.key(seed)
+    out = []
+    for i in range(-(-draws // batch)):
+        result = decoder.generate(
+            *params, prompts=prompts, key=jax.random.fold_in(key, i), max_new_tokens=length
+        )
+        tokens, lengths = jax.device_get((result.tokens, result.lengths))
+        if not np.all(lengths >= len(prompt) + length):
+            raise ValueError(f"{decoder!r} generated fewer than {length} tokens")
+        out.append(tokens[:, len(prompt) : len(prompt) + length])
+    return np.concatenate(out)[:draws]
+
+
+def _counts(streams: np.ndarray, vocab: int) -> np.ndarray:
+    k = streams.shape[1]
+    flat = np.ravel_multi_index(tuple(streams.T), (vocab,) * k)
+    return np.bincount(flat, minlength=vocab**k).reshape((vocab,) * k)
+
+
+def greedy_equality(decoder, params, prompts, *, max_new_tokens: int = 12) -> Chi2:
+    """The decoder at temperature 0 against greedy autoregressive decoding of its target.
+
+    Returns a deterministic `Chi2`: statistic = rows that differ, p-value 1 if none, else 0.
+    """
+    from specjax.decoding.autoregressive import AutoregressiveDecoder
+    from specjax.decoding.sampling import make_warper
+
+    greedy = make_warper(0.0)
+    fast = dataclasses.replace(decoder, warper=greedy)
+    reference = AutoregressiveDecoder(decoder.models[0], greedy, cache_len=decoder.cache_len)
+    prompts = [np.asarray(p, np.int32) for p in prompts]
+    key = jax.random.key(0)
+    ours = fast.generate(*params, prompts=prompts, key=key, max_new_tokens=max_new_tokens)
+    ref = reference.generate(params[0], prompts=prompts, key=key, max_new_tokens=max_new_tokens)
+    bad = sum(
+        not np.array_equal(a, b) for a, b in zip(ours.new_tokens(), ref.new_tokens(), strict=True)
+    )
+    return Chi2(float(bad), 0, 0.0 if bad else 1.0, 0)
+
+
+def check_decoder(
+    decoder,
+    *params,
+    prompts: Sequence[Sequence[int]] = DEFAULT_PROMPTS,
+    draws: int = DEFAULT_DRAWS,
+    batch: int = 4096,
+    length: int | None = None,
+    seed: int = 0,
+    threshold: float = PVALUE_THRESHOLD,
+    greedy: bool = True,
+    name: str | None = None,
+) -> Report:
+    """Tests that `decoder` samples the target's law (see module doc).
+
+    Args:
+      decoder: any decoder of the loop protocol whose target (`decoder.models[0]`) has a tiny
+        vocabulary and which has a `warper` (used for the exact law).
+      *params: one params pytree per entry of `decoder.models` (target first).
+      prompts: token prompts; each is a case.
+      draws: generated rows per prompt.
+      batch: rows per `generate` call (one compile; every call its own key).
+      length: emitted tokens compared (default max(3, decoder.tokens_per_step)).
+      seed: fixed seed; prompt i uses seed * 1000 + i.
+      threshold: a check fails below this p-value.
+      greedy: also check temperature 0 against the autoregressive decoder token for token
+        (needs a dataclass decoder with a `warper` field).
+      name: the decoder's name in the report.
+
+    Returns:
+      `Report` (the type `check_acceptance_rule` returns); `report.passed` is the verdict.
+    """
+    if not hasattr(decoder, "warper"):
+        raise ValueError(f"decoder must have a warper (its sampling law); got {decoder!r}")
+    if len(params) != len(decoder.models):
+        raise ValueError(
+            f"params: {decoder!r} takes {len(decoder.models)} params pytrees; got {len(params)}"
+        )
+    if greedy and not dataclasses.is_dataclass(decoder):
+        raise ValueError(
+            f"greedy=True rebuilds the decoder at temperature 0 (dataclasses.replace); "
+            f"{type(decoder).__name__} is not a dataclass: pass greedy=False"
+        )
+    if draws < 1 or batch < 1:
+        raise ValueError(f"draws and batch must be >= 1; got {draws}, {batch}")
+    length = max(3, int(decoder.tokens_per_step)) if length is None else int(length)
+    if length < 1:
+        raise ValueError(f"length must be >= 1; got {length}")
+    vocab = decoder.vocab_size
+    start = time.perf_counter()
+    results = []
+    for i, prompt in enumerate(prompts):
+        case = f"prompt{list(prompt)}"
+        law = target_law(decoder, params[0], prompt, length)
+        streams = sample_streams(
+            decoder,
+            params,
+            prompt,
+            length,
+            draws=draws,
+            batch=min(batch, draws),
+            seed=seed * 1000 + i,
+        )
+        results.append(
+            CheckResult(case, "joint", pooled_chi2(_counts(streams, vocab), law), threshold)
+        )
+        for t in range(length):
+            marginal = law.sum(axis=tuple(a for a in range(length) if a != t))
+            counts = np.bincount(streams[:, t], minlength=vocab)
+            results.append(
+                CheckResult(case, f"token{t + 1}", pooled_chi2(counts, marginal), threshold)
+            )
+    if greedy:
+        chi2 = greedy_equality(decoder, params, prompts)
+        results.append(CheckResult("greedy_t0", "equal_ar", chi2, threshold))
+    if name is None:
+        accept = getattr(decoder, "accept", None)
+        name = type(decoder).__name__
+        if accept is not None:
+            name += f"[{getattr(accept, '__name__', repr(accept))}]"
+    return Report(name, draws, threshold, tuple(results), time.perf_counter() - start)

@@ -1,0 +1,102 @@
+"""`testing.check_decoder`: the kit pointed at whole chain decoders (token-wise, block, γ policy).
+
+Every decoder runs on `tiny_bigram_pair(5, seed=0)` (bigram target and draft tables over 5
+tokens, fixed Dirichlet seeds) with 2^14 rows on one prompt; the first L = max(3, tokens per
+step) tokens are compared with the target's law enumerated by its own forward pass (the joint
+and L marginals, pooled chi-square at p < 1e-6), plus, where asked, temperature 0 against greedy
+autoregressive decoding. A lossless decoder here has <= 7 checks, so fails with probability
+<= 7e-6; the three together <= 2e-5 (Bonferroni). Seeds are fixed: runs are deterministic. The
+negative controls must fail: with these seeds the weakest (token-wise without the residual)
+fails its joint check at p ~ 1e-216 (statistic 1761 on 272 dof), the lossy lenient:0.5 at
+statistic ~ 6100, against a 1e-20 bar. Tree decoders: test_check_decoder_tree.py.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from check_decoder_setup import PAIR, T1, check
+
+from specjax import testing
+from specjax.decoding.gamma_policy import HeuristicGamma
+from specjax.decoding.rules import BoundRule, accept_rule
+from specjax.decoding.speculative import SpeculativeDecoder
+
+
+def _chain(accept="tokenwise", gamma=3, **kwargs):
+    target, _, draft, _ = PAIR
+    rule = accept_rule(accept) if isinstance(accept, str) else accept
+    return SpeculativeDecoder(target, draft, gamma, T1, cache_len=32, accept=rule, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("make", "greedy"),
+    [
+        (lambda: _chain("tokenwise"), True),
+        (lambda: _chain("block"), False),
+        (lambda: _chain("block", gamma=4, gamma_policy=HeuristicGamma(4)), False),
+    ],
+    ids=["tokenwise_g3", "block_g3", "block_heuristic_g4"],
+)
+def test_lossless_decoders_pass(make, greedy):
+    decoder = make()
+    report = check(decoder, greedy=greedy)
+    assert report.passed, str(report)
+    assert report.num_checks == max(3, decoder.tokens_per_step) + 1 + greedy
+
+
+def _accept_everything(key, draft_tokens, draft_probs, target_probs, *, fill_value=-1, **_):
+    """A broken rule: every draft is accepted, then the target's argmax (not lossless, and at
+    temperature 0 it emits the draft's argmax, not the target's)."""
+    del key, draft_probs, fill_value
+    batch, gamma = draft_tokens.shape
+    bonus = jnp.argmax(target_probs[:, gamma], axis=-1)[:, None]
+    tokens = jnp.concatenate([draft_tokens, bonus], axis=1).astype(jnp.int32)
+    return tokens, jnp.full((batch,), gamma, jnp.int32)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: _chain(BoundRule(testing.biased.biased_accept, (("variant", 1),))),
+        lambda: _chain(_accept_everything),
+    ],
+    ids=["no_residual", "accept_everything"],
+)
+def test_biased_decoders_fail(make):
+    report = check(make(), greedy=False)
+    assert not report.passed and report.min_pvalue < 1e-20, str(report)
+
+
+def test_a_lossy_rule_fails_and_its_greedy_equality_holds():
+    # typical:0.09,0.3 is flagged by check_acceptance_rule in test_lossy_accept.py.
+    report = check(_chain("lenient:0.5"))
+    assert not report.passed and report.min_pvalue < 1e-20, str(report)
+    assert report.worst("greedy_t0").passed  # at temperature 0 both rules are exact
+
+
+def test_greedy_equality_catches_a_wrong_greedy_decoder():
+    target, tp, draft, dp = PAIR
+    chi2 = testing.decoder.greedy_equality(_chain(_accept_everything), (tp, dp), [[1, 2], [0]])
+    assert chi2.pvalue == 0.0 and chi2.statistic >= 1
+
+
+def test_target_law_is_the_chain_rule_of_the_bigram_table():
+    target, tp, draft, dp = PAIR
+    p = np.exp(np.asarray(tp["log_probs"], np.float64))
+    p /= p.sum(-1, keepdims=True)
+    law = testing.decoder.target_law(_chain(), tp, (1, 2), 3)
+    expected = p[2][:, None, None] * p[:, :, None] * p[None, :, :]
+    np.testing.assert_allclose(law, expected, rtol=1e-5)
+    assert abs(law.sum() - 1.0) < 1e-9
+
+
+def test_bad_arguments_raise():
+    target, tp, draft, dp = PAIR
+    with pytest.raises(ValueError, match="params"):
+        testing.check_decoder(_chain(), tp)
+    with pytest.raises(ValueError, match="draws"):
+        testing.check_decoder(_chain(), tp, dp, draws=0)
+    with pytest.raises(ValueError, match="vocab"):
+        testing.tiny_bigram_pair(vocab=40)
