@@ -128,6 +128,15 @@ class BeamSteps:
     A subclass has the fields `target`, `num_beams`, `length_penalty`, `cache_len`.
     """
 
+    @property
+    def vocab_size(self) -> int:
+        return self.target.vocab_size
+
+    def check_beam_fields(self) -> None:
+        """Validates the beam fields (ValueError naming them); length_penalty becomes a float."""
+        check_beam_args(self.num_beams, self.length_penalty, self.target.vocab_size)
+        object.__setattr__(self, "length_penalty", float(self.length_penalty))
+
     def prefill(self, model, params, prompts, prompt_lengths):
         """The model's state for every prompt token but the last, repeated for every beam."""
         state = model.init_state(prompts.shape[0], self.cache_len)
@@ -277,17 +286,12 @@ class BeamSearchDecoder(BeamSteps):
     min_bucket: int = 16
 
     def __post_init__(self):
-        check_beam_args(self.num_beams, self.length_penalty, self.target.vocab_size)
-        object.__setattr__(self, "length_penalty", float(self.length_penalty))
+        self.check_beam_fields()
         loop.resolve_cache_len(self)
 
     @property
     def models(self) -> tuple:
         return (self.target,)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.target.vocab_size
 
     lookahead = 0
     tokens_per_step = 1

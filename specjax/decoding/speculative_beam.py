@@ -16,9 +16,11 @@ Each iteration, for every batch row:
      rolls back to what those beams contain (target: length L - 1 + m after m steps; the
      drafter's `commit` with m - 1 accepted tokens).
 Every selection is `select` on the target's log-probabilities for the beams as they are, so
-the finished hypotheses, their scores and early stopping equal `BeamSearchDecoder`'s: tokens
-exactly, scores up to float32 roundoff (the target's logits for a prefix come from a call over
-a different number of new tokens; tests allow 1e-4 absolute).
+the finished hypotheses, their scores and early stopping equal `BeamSearchDecoder`'s. The one
+difference is float32 roundoff: the target's logits for a prefix come from a call over γ+1 new
+tokens instead of one, so scores agree to ~1e-6 (tests allow 1e-4 absolute), and tokens are
+identical unless two candidates tie to within that roundoff (as for greedy speculative
+decoding).
 
 Why one greedy chain per beam and not a draft beam search: in the [batch·B, γ+1] layout each
 target row is a live beam's own cache row, so it can hold one path. A draft beam search's B
@@ -45,7 +47,6 @@ import jax.numpy as jnp
 
 from specjax.decoding.beam import (
     BeamSteps,
-    check_beam_args,
     count_step,
     flat_index,
     gather_rows,
@@ -82,11 +83,10 @@ class SpeculativeBeamDecoder(BeamSteps):
     min_bucket: int = 16
 
     def __post_init__(self):
-        check_beam_args(self.num_beams, self.length_penalty, self.target.vocab_size)
+        self.check_beam_fields()
         if isinstance(self.gamma, bool) or not isinstance(self.gamma, int) or self.gamma < 1:
             raise ValueError(f"gamma must be an integer >= 1; got {self.gamma!r}")
         check_vocab(self.target, self.draft)
-        object.__setattr__(self, "length_penalty", float(self.length_penalty))
         resolve_cache_len(self)
 
     @property
@@ -97,10 +97,6 @@ class SpeculativeBeamDecoder(BeamSteps):
     @property
     def models(self) -> tuple:
         return (self.target, self.drafter.model)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.target.vocab_size
 
     @property
     def lookahead(self) -> int:
