@@ -140,8 +140,8 @@ class SpeculativeBeamDecoder(BeamSteps):
         drafted = drafted.reshape(batch, beams, gamma)
         lengths_before = s.seq.lengths  # [batch·B]
 
-        def replay(k, carry):
-            s, row, go, steps = carry
+        def replay(carry):
+            k, s, row, go, steps = carry
             # [batch, B, vocab]: the target after each live beam (row[b, j] followed by k drafts)
             here = jnp.take_along_axis(logp[:, :, k], row[:, :, None], axis=1)
             s, parent, token = self.select(s, here, go)
@@ -153,11 +153,13 @@ class SpeculativeBeamDecoder(BeamSteps):
                 (row[:, :, None] != row[:, None, :]) | jnp.eye(beams, dtype=bool)[None], axis=(1, 2)
             )
             go = go & on_path & distinct & ~s.extra.done
-            return s, row, go, steps
+            return k + 1, s, row, go, steps
 
+        # A while loop, not a fixed γ+1 steps: replaying stops once every row left its paths.
         row0 = jnp.broadcast_to(jnp.arange(beams)[None, :], (batch, beams))
         steps0 = jnp.zeros((batch,), jnp.int32)
-        s, row, _, steps = jax.lax.fori_loop(0, gamma + 1, replay, (s, row0, going, steps0))
+        carry = (jnp.zeros((), jnp.int32), s, row0, going, steps0)
+        _, s, row, _, steps = jax.lax.while_loop(lambda c: jnp.any(c[3]), replay, carry)
 
         index = flat_index(row)  # [batch·B] each new beam's row before the step
         flat_steps = jnp.repeat(steps, beams)  # [batch·B]
