@@ -29,8 +29,11 @@ first replayed step needs (it would cost a second target call). The greedy chain
 is the path its best child starts, the path the target's beam search keeps when its beams do
 not branch. What this cannot accept: a step where the target keeps two children of one beam
 (or a child other than the drafted one); that step is still taken, then the iteration ends.
-A token tree per row (`tree.py`) could hold branching paths, but beams of one row have
-different histories, so their caches would have to be one trie per row: left for later.
+Measured on the mini python pair (experiments/extensions/BEAM.md), that is what limits it: the
+target drafting for itself accepts no more than the distilled draft. The next step is a token
+tree per beam row (`tree.py`'s positions and mask, rooted at the beam's last token, e.g. two
+children at depth 1 then chains): beams of one row would then sit on different nodes, and the
+commit would compact each new beam's path with the cache's `select` after gathering its row.
 
 The loop is `loop.py`'s `LoopState` and `beam.py`'s jitted `while_loop`: beam decoders return
 their finished hypotheses, not a `GenerationResult`, so they share the driver's pieces
