@@ -48,7 +48,6 @@ def drafts() -> dict:
     return {
         "self": (TARGET, target_params()),
         "small": (SMALL, random_params(SMALL, seed=4, scale=0.5)),
-        "random": (TARGET, random_params(TARGET, seed=7, scale=0.5)),
         "bigram": (NgramLM(V, 2), fit_ngram(corpus, V, 2)),
         "uniform": (UniformLM(V), {}),
     }

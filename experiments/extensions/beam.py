@@ -8,8 +8,9 @@ For each beam width B, plain beam search (`BeamSearchDecoder`) and speculative b
 decoder is timed once per round (round-robin after an untimed compile round, so other
 processes' load hits all alike) and the median over rounds is kept, with the load average
 before and after. Each speculative result is checked against the plain one (same hypotheses;
-scores within 1e-4). Counted per call: target calls (loop iterations of the batch) and, per
-row, iterations / beam steps. Writes <workdir>/beam.json.
+scores within 1e-4). Counted: target calls (loop iterations, summed over calls) and the rows'
+iterations per beam step (calls per generated token of each beam). Writes
+<workdir>/beam.json.
 
 `config(tiny=True)`: random-weight tiny models (no trained models needed), seconds to run.
 """
@@ -41,7 +42,7 @@ def config(tiny: bool = False) -> ml_collections.ConfigDict:
     # Target and drafts: model-cache directory names (under specjax's cache root), or
     # "random:<layers>x<embed>" for a random-weight transformer (tests, the tiny config).
     c.target = "mini_target-python-b1c5c50bde14"
-    c.drafts = ("mini_draft-distill_tv_ft-python-0f7fdba813a9", "mini_target-python-b1c5c50bde14")
+    c.drafts = ("mini_draft-distill_tv_ft-python-0f7fdba813a9",)
     # Beam widths and draft lengths to measure.
     c.beams = (2, 4)
     c.gammas = (2, 3, 4, 5, 6)
@@ -49,9 +50,12 @@ def config(tiny: bool = False) -> ml_collections.ConfigDict:
     # Stop hypotheses at the byte tokenizer's EOS.
     c.use_eos = True
     c.max_new_tokens = 32
-    # Ragged prompts: prompt i has prompt_len - 3 i tokens; all decoded in one batch.
+    # Ragged prompts: prompt i has prompt_len - 3 i tokens.
     c.prompts = 4
     c.prompt_len = 32
+    # True: all prompts in one batch (the batch runs until its slowest row is done);
+    # False: one call per prompt (batch 1), timed and counted summed over the prompts.
+    c.batched = False
     c.repeats = 5
     c.cache_len = 128
     c.seed = 0
@@ -65,6 +69,7 @@ def config(tiny: bool = False) -> ml_collections.ConfigDict:
         c.prompt_len = 8
         c.repeats = 1
         c.cache_len = 32
+        c.batched = True
     return c
 
 
@@ -93,21 +98,29 @@ def _prompts(c) -> list[np.ndarray]:
     return [row[: max(1, c.prompt_len - 3 * i)].astype(np.int32) for i, row in enumerate(cut)]
 
 
-def _same(a, b) -> bool:
-    ta, tb = a.new_tokens(), b.new_tokens()
-    same = all(
-        len(x) == len(y) and all(np.array_equal(u, v) for u, v in zip(x, y, strict=True))
-        for x, y in zip(ta, tb, strict=True)
+def _same(results, references) -> bool:
+    """Same hypotheses and scores (within 1e-4) in every call."""
+    for a, b in zip(results, references, strict=True):
+        ta, tb = a.new_tokens(), b.new_tokens()
+        same = all(
+            len(x) == len(y) and all(np.array_equal(u, v) for u, v in zip(x, y, strict=True))
+            for x, y in zip(ta, tb, strict=True)
+        )
+        if not (same and np.allclose(a.scores, b.scores, atol=1e-4)):
+            return False
+    return True
+
+
+def _counts(results, beams: int) -> dict:
+    """Target calls (summed over calls), beam steps per prompt, row iterations per beam step."""
+    steps = np.concatenate([np.asarray(r.stats.emitted).reshape(-1, beams)[:, 0] for r in results])
+    iters = np.concatenate(
+        [np.asarray(r.stats.iterations).reshape(-1, beams)[:, 0] for r in results]
     )
-    return bool(same and np.allclose(a.scores, b.scores, atol=1e-4))
-
-
-def _counts(result, beams: int) -> dict:
-    steps = np.asarray(result.stats.emitted).reshape(-1, beams)[:, 0]  # [batch]
-    iters = np.asarray(result.stats.iterations).reshape(-1, beams)[:, 0]
     return {
-        "target_calls": int(result.stats.target_calls),
+        "target_calls": int(sum(int(r.stats.target_calls) for r in results)),
         "beam_steps": steps.tolist(),
+        "row_iterations": iters.tolist(),
         "calls_per_step": float(iters.sum() / max(steps.sum(), 1)),
     }
 
@@ -138,8 +151,9 @@ def run(c: ml_collections.ConfigDict, workdir: str, log=print) -> dict:
                 calls[(name, int(g))] = (dec, (tparams, dparams))
 
         def go(dec, params):
-            result = dec.generate(*params, prompts, max_new_tokens=new, eos_id=eos)
-            return jax.block_until_ready(result)
+            batches = [prompts] if c.batched else [[p] for p in prompts]
+            results = [dec.generate(*params, b, max_new_tokens=new, eos_id=eos) for b in batches]
+            return jax.block_until_ready(results)
 
         last = {k: go(*v) for k, v in calls.items()}  # compile round, untimed
         wall = {k: [] for k in calls}
@@ -184,7 +198,8 @@ def report(results: dict) -> str:
     c = results["config"]
     lines = [
         f"Target `{c['target']}`, {c['prompts']} ragged prompts of <= {c['prompt_len']} tokens "
-        f"from {c['corpus']} (one batch), max_new_tokens {c['max_new_tokens']}, length penalty "
+        f"from {c['corpus']} ({'one batch' if c['batched'] else 'one call each'}), "
+        f"max_new_tokens {c['max_new_tokens']}, length penalty "
         f"{c['length_penalty']}, EOS {'on' if c['use_eos'] else 'off'}; medians of "
         f"{c['repeats']} interleaved rounds; load average (1/5/15 min) before "
         + "/".join(f"{x:.2f}" for x in results["load_average"]["before"])
