@@ -12,6 +12,7 @@ from specjax.decoding import (
     AutoregressiveDecoder,
     BeamSearchDecoder,
     SpeculativeBeamDecoder,
+    TokenTree,
     make_warper,
 )
 from specjax.decoding.beam import beam_jit
@@ -34,9 +35,11 @@ def plain(num_beams, length_penalty, eos_id, max_new=MAX_NEW):
 
 
 def speculative(draft, gamma, num_beams, length_penalty, eos_id, max_new=MAX_NEW):
+    """gamma: an int (a chain) or a branching tuple (a top-k token tree below each beam)."""
     model, params = drafts()[draft]
+    tree = TokenTree.from_branching(gamma) if isinstance(gamma, tuple) else None
     dec = SpeculativeBeamDecoder(
-        TARGET, model, gamma, num_beams, length_penalty, cache_len=CACHE_LEN
+        TARGET, model, 1 if tree else gamma, num_beams, length_penalty, tree, cache_len=CACHE_LEN
     )
     return dec.generate(target_params(), params, PROMPTS, max_new_tokens=max_new, eos_id=eos_id)
 
@@ -52,13 +55,14 @@ def beam_steps(result):
     return int(np.asarray(result.stats.emitted).sum())
 
 
-# Every B in (1, 2, 4) and γ in (1, 3) occurs; the plain decoders are shared (3 programs).
+# Every B in (1, 2, 4), γ in (1, 3) and a tree occur; the plain decoders are shared (3 programs).
 # Drafts: a smaller random-weight transformer of another architecture, a bigram table, the
 # uniform draft (knows nothing) and, below, the target itself.
 @pytest.mark.parametrize(
     "draft, gamma, num_beams, length_penalty, eos_id",
     [
         ("small", 3, 4, -0.5, 2),
+        ("small", (2, 2), 4, -0.5, 2),
         ("bigram", 1, 1, 0.0, 3),
         ("uniform", 3, 2, 1.0, 3),
     ],
@@ -98,6 +102,11 @@ def test_no_recompile():
 def test_bad_gamma(gamma):
     with pytest.raises(ValueError, match="gamma"):
         SpeculativeBeamDecoder(TARGET, TARGET, gamma, 2)
+
+
+def test_bad_tree():
+    with pytest.raises(ValueError, match="tree"):
+        SpeculativeBeamDecoder(TARGET, TARGET, 2, 2, tree=(2, 1))
 
 
 def test_bad_pair():
