@@ -12,7 +12,8 @@ def test_tiny_config_runs(tmp_path):
     config = beam.config(tiny=True)
     results = beam.run(config, str(tmp_path), log=lambda msg: None)
     rows = results["rows"]
-    assert len(rows) == len(config.beams) * (1 + len(config.drafts) * len(config.gammas))
+    shapes = len(config.gammas) + len(config.trees)
+    assert len(rows) == len(config.beams) * (1 + len(config.drafts) * shapes)
     assert all(r["exact"] for r in rows)  # speculative beam search gave plain's hypotheses
     plain = [r for r in rows if r["draft"] == "-"]
     assert all(r["calls_per_step"] == 1.0 for r in plain)

@@ -4,13 +4,13 @@ r"""Speculative beam search vs plain beam search: target calls per beam step and
       r = beam.run(beam.config(), '/tmp/beam'); print(beam.report(r))"
 
 For each beam width B, plain beam search (`BeamSearchDecoder`) and speculative beam search
-(`SpeculativeBeamDecoder`, each draft, each γ) decode the same batch of ragged prompts; every
-decoder is timed once per round (round-robin after an untimed compile round, so other
-processes' load hits all alike) and the median over rounds is kept, with the load average
-before and after. Each speculative result is checked against the plain one (same hypotheses;
-scores within 1e-4). Counted: target calls (loop iterations, summed over calls) and the rows'
-iterations per beam step (calls per generated token of each beam). Writes
-<workdir>/beam.json.
+(`SpeculativeBeamDecoder`, each draft, each chain γ and each token tree below the beams)
+decode the same ragged prompts (one call each, or one batch); every decoder is timed once per
+round (round-robin after an untimed compile round, so other processes' load hits all alike)
+and the median over rounds is kept, with the load average before and after. Each speculative
+result is checked against the plain one (same hypotheses; scores within 1e-4). Counted: target
+calls (loop iterations, summed over calls) and the rows' iterations per beam step (calls per
+generated token of each beam). Writes <workdir>/beam.json.
 
 `config(tiny=True)`: random-weight tiny models (no trained models needed), seconds to run.
 """
@@ -29,7 +29,7 @@ from specjax import checkpoint
 from specjax.data import load_corpus
 from specjax.data.batches import sample_prompts
 from specjax.data.tokenizer import EOS_ID
-from specjax.decoding import BeamSearchDecoder, SpeculativeBeamDecoder
+from specjax.decoding import BeamSearchDecoder, SpeculativeBeamDecoder, TokenTree
 from specjax.models import TransformerConfig, TransformerLM
 from specjax.training.zoo import cache_root
 
@@ -46,6 +46,9 @@ def config(tiny: bool = False) -> ml_collections.ConfigDict:
     # Beam widths and draft lengths to measure.
     c.beams = (2, 4)
     c.gammas = (2, 3, 4, 5, 6)
+    # Token trees below each beam (branching per depth, as in configs/trees.py): top-k first
+    # tokens, then chains.
+    c.trees = ("2/1/1", "2/1/1/1", "4/1/1")
     c.length_penalty = 1.0
     # Stop hypotheses at the byte tokenizer's EOS.
     c.use_eos = True
@@ -64,6 +67,7 @@ def config(tiny: bool = False) -> ml_collections.ConfigDict:
         c.drafts = ("random:1x16",)
         c.beams = (2,)
         c.gammas = (2,)
+        c.trees = ("2/1",)
         c.max_new_tokens = 6
         c.prompts = 2
         c.prompt_len = 8
@@ -144,11 +148,13 @@ def run(c: ml_collections.ConfigDict, workdir: str, log=print) -> dict:
             )
         }
         for name, (draft, dparams) in drafts.items():
-            for g in c.gammas:
+            shapes = [(str(g), int(g), None) for g in c.gammas]
+            shapes += [(f"tree {s}", 1, TokenTree.parse(s)) for s in c.trees]
+            for label, g, tree in shapes:
                 dec = SpeculativeBeamDecoder(
-                    target, draft, int(g), beams, c.length_penalty, cache_len=c.cache_len
+                    target, draft, g, beams, c.length_penalty, tree, cache_len=c.cache_len
                 )
-                calls[(name, int(g))] = (dec, (tparams, dparams))
+                calls[(name, label)] = (dec, (tparams, dparams))
 
         def go(dec, params):
             batches = [prompts] if c.batched else [[p] for p in prompts]
@@ -168,7 +174,7 @@ def run(c: ml_collections.ConfigDict, workdir: str, log=print) -> dict:
             row = {
                 "beams": int(beams),
                 "draft": "-" if k == "plain" else k[0],
-                "gamma": 0 if k == "plain" else k[1],
+                "gamma": "-" if k == "plain" else k[1],
                 "median_s": median,
                 "speedup": plain_s / median,
                 "exact": _same(last[k], last["plain"]),
@@ -207,12 +213,13 @@ def report(results: dict) -> str:
         + "/".join(f"{x:.2f}" for x in results["load_average"]["after"])
         + ".",
         "",
-        "| B | draft | γ | target calls | calls per beam step | median ms | speedup | exact |",
+        "| B | draft | γ or tree | target calls | calls per beam step | median ms | speedup "
+        "| exact |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in results["rows"]:
         lines.append(
-            f"| {r['beams']} | {r['draft']} | {r['gamma'] or '-'} | {r['target_calls']} | "
+            f"| {r['beams']} | {r['draft']} | {r['gamma']} | {r['target_calls']} | "
             f"{r['calls_per_step']:.2f} | {r['median_s'] * 1e3:.1f} | {r['speedup']:.2f}x | "
             f"{'yes' if r['exact'] else 'NO'} |"
         )
