@@ -1,7 +1,10 @@
 r"""Speculative beam search vs plain beam search: target calls per beam step and walltime.
 
-    PYTHONPATH=. python -c "from experiments.extensions import beam; \
+    PYTHONPATH=. python -c "import specjax; specjax.configure_cpu(); \
+      from experiments.extensions import beam; \
       r = beam.run(beam.config(), '/tmp/beam'); print(beam.report(r))"
+
+Measured results: experiments/extensions/BEAM.md.
 
 For each beam width B, plain beam search (`BeamSearchDecoder`) and speculative beam search
 (`SpeculativeBeamDecoder`, each draft, each chain γ and each token tree below the beams)
