@@ -1,1 +1,1 @@
-"""The paper's open extensions (Leviathan et al. 2023, section 6), built and measured."""
+"""The paper's open extensions, measured: adaptive γ, hierarchical speculation, beam search."""
