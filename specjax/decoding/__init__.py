@@ -23,12 +23,16 @@ The seams (see each module's docstring):
     loop that stops once every row has stopped.
   * `acceptance.py`: the verification rule, a static `accept=` field of `SpeculativeDecoder`;
     `block.py`: block verification (`block_accept`), a drop-in rule that keeps more drafts.
+  * `beam.py`, `speculative_beam.py`: beam search (`BeamSearchDecoder`) and its speculative
+    twin (`SpeculativeBeamDecoder`: the target's beam search replayed along drafted beam paths,
+    same hypotheses and scores); both return a `BeamResult`.
   * `sampling.py`: warpers (temperature, top-k, top-p), one shared by target and draft.
 """
 
 from specjax.decoding.acceptance import residual_distribution, speculative_accept
 from specjax.decoding.adaptive_drafter import AdaptiveDrafter
 from specjax.decoding.autoregressive import AutoregressiveDecoder
+from specjax.decoding.beam import BeamResult, BeamSearchDecoder, BeamState
 from specjax.decoding.block import block_accept
 from specjax.decoding.drafters import (
     Drafter,
@@ -57,6 +61,7 @@ from specjax.decoding.sampling import (
 )
 from specjax.decoding.sharded import ShardedDecoder
 from specjax.decoding.speculative import SpeculativeDecoder
+from specjax.decoding.speculative_beam import SpeculativeBeamDecoder
 from specjax.decoding.state import DecodeStats, GenerationResult, Sequences
 from specjax.decoding.stats import summarize_stats
 from specjax.decoding.tree import TokenTree, tree_accept
@@ -77,6 +82,9 @@ __all__ = [
     "TheoryGamma",
     "parse_gamma_policy",
     "AutoregressiveDecoder",
+    "BeamResult",
+    "BeamSearchDecoder",
+    "BeamState",
     "DecodeStats",
     "Decoder",
     "Drafter",
@@ -89,6 +97,7 @@ __all__ = [
     "Proposal",
     "Sequences",
     "ShardedDecoder",
+    "SpeculativeBeamDecoder",
     "SpeculativeDecoder",
     "Temperature",
     "TokenTree",
