@@ -5,26 +5,38 @@
 round so drift hits all alike. A decode step's cost is isolated from prefill and dispatch by
 timing `generate` with `new_tokens` and with 1 new token in the same round:
 ms/token = (t(new_tokens) - t(1)) / (new_tokens - 1). `max_new_tokens` is traced, so both calls
-share one compiled program.
+share one compiled program. Both wall time and process CPU time (both XLA threads summed) are
+recorded: on a shared machine waiting for a core inflates wall time, not CPU time.
 """
 
 from __future__ import annotations
+
+import time
 
 import jax
 import numpy as np
 
 from specjax.benchmark.costs import call_cost
-from specjax.benchmark.timing import interleaved
 from specjax.decoding.autoregressive import AutoregressiveDecoder
 from specjax.decoding.sampling import make_warper
 from specjax.models import TransformerConfig, TransformerLM
+
+
+def variant(model_cfg: TransformerConfig, impl: str) -> TransformerConfig:
+    """model_cfg with attention `impl`: a `TransformerConfig.attention` value, optionally with a
+    block size as "blockwise@256"."""
+    name, _, block = impl.partition("@")
+    changes = {"attention": name}
+    if block:
+        changes["attention_block"] = int(block)
+    return model_cfg.replace(**changes)
 
 
 def _check(impls, cache_lens, prompt_len, new_tokens, repeats):
     if not impls:
         raise ValueError("impls must name at least one attention implementation")
     for impl in impls:
-        TransformerConfig(vocab_size=1, attention=impl)  # raises a ValueError naming `attention`
+        variant(TransformerConfig(vocab_size=1), impl)  # a ValueError naming `attention`
     if prompt_len < 1:
         raise ValueError(f"prompt_len must be >= 1, got {prompt_len}")
     if new_tokens < 2:
@@ -36,6 +48,20 @@ def _check(impls, cache_lens, prompt_len, new_tokens, repeats):
             raise ValueError(
                 f"cache_lens must hold prompt_len + new_tokens = {prompt_len + new_tokens}, got {c}"
             )
+
+
+def _rounds(calls: dict, repeats: int) -> dict:
+    """name -> {"wall": [s], "cpu": [s]} per round, calls alternated after one untimed round."""
+    out = {name: {"wall": [], "cpu": []} for name in calls}
+    for fn in calls.values():
+        jax.block_until_ready(fn())
+    for _ in range(repeats):
+        for name, fn in calls.items():
+            wall, cpu = time.perf_counter(), time.process_time()
+            jax.block_until_ready(fn())
+            out[name]["cpu"].append(time.process_time() - cpu)
+            out[name]["wall"].append(time.perf_counter() - wall)
+    return out
 
 
 def cache_len_scaling(
@@ -52,7 +78,7 @@ def cache_len_scaling(
 
     Args:
       model_cfg: the model (its `attention` field is replaced by each of `impls`).
-      impls: `TransformerConfig.attention` values to compare.
+      impls: `TransformerConfig.attention` values to compare ("blockwise@256": block 256).
       cache_lens: cache buffers to decode in (each >= prompt_len + new_tokens).
       prompt_len: prompt tokens (random ids, batch 1).
       new_tokens: generated tokens per timed call (>= 2).
@@ -61,9 +87,10 @@ def cache_len_scaling(
       seed: parameters and prompt.
 
     Returns:
-      {"ms_per_token": {impl: {cache_len: ms}}, "ratio": {impl: ms at the largest cache_len /
-      ms at the smallest}, "vs_xla": {impl: {cache_len: ms / xla's ms}} (when "xla" is among
-      impls), "samples": {impl: {cache_len: per-round ms/token}}}.
+      {clock: {"ms_per_token": {impl: {cache_len: ms}}, "ratio": {impl: ms at the largest
+      cache_len / ms at the smallest}, "vs_xla": {impl: {cache_len: ms / xla's ms}} (when "xla"
+      is among impls), "samples": {impl: {cache_len: per-round ms/token}}}} for clock "wall"
+      (elapsed) and "cpu" (process CPU time).
     """
     impls, cache_lens = tuple(impls), tuple(sorted(cache_lens))
     _check(impls, cache_lens, prompt_len, new_tokens, repeats)
@@ -74,35 +101,35 @@ def cache_len_scaling(
     key = jax.random.PRNGKey(seed)
     calls = {}
     for impl in impls:
-        model = TransformerLM(model_cfg.replace(attention=impl))
+        model = TransformerLM(variant(model_cfg, impl))
         for c in cache_lens:
             decoder = AutoregressiveDecoder(model, make_warper(0), cache_len=c)
             for n in (1, new_tokens):
                 calls[impl, c, n] = lambda d=decoder, n=n: d.generate(params, prompt, key, n).tokens
-    timings = interleaved(calls, repeats=repeats, warmup=1)
-    samples = {
-        impl: {
-            c: [
-                1e3 * (long - short) / (new_tokens - 1)
-                for long, short in zip(
-                    timings[impl, c, new_tokens].samples, timings[impl, c, 1].samples, strict=True
-                )
-            ]
-            for c in cache_lens
+    timings = _rounds(calls, repeats)
+    out = {}
+    for clock in ("wall", "cpu"):
+        samples = {
+            impl: {c: _per_token(timings, impl, c, new_tokens, clock) for c in cache_lens}
+            for impl in impls
         }
-        for impl in impls
-    }
-    ms = {impl: {c: float(np.median(s)) for c, s in per.items()} for impl, per in samples.items()}
-    out = {
-        "ms_per_token": ms,
-        "ratio": {impl: ms[impl][cache_lens[-1]] / ms[impl][cache_lens[0]] for impl in impls},
-        "samples": samples,
-    }
-    if "xla" in impls:
-        out["vs_xla"] = {
-            impl: {c: ms[impl][c] / ms["xla"][c] for c in cache_lens} for impl in impls
+        ms = {i: {c: float(np.median(s)) for c, s in per.items()} for i, per in samples.items()}
+        out[clock] = {
+            "ms_per_token": ms,
+            "ratio": {i: ms[i][cache_lens[-1]] / ms[i][cache_lens[0]] for i in impls},
+            "samples": samples,
         }
+        if "xla" in impls:
+            out[clock]["vs_xla"] = {
+                i: {c: ms[i][c] / ms["xla"][c] for c in cache_lens} for i in impls
+            }
     return out
+
+
+def _per_token(timings, impl, cache_len, new_tokens, clock) -> list:
+    """Per-round ms per decoded token: (t(new_tokens) - t(1)) / (new_tokens - 1)."""
+    long, short = timings[impl, cache_len, new_tokens][clock], timings[impl, cache_len, 1][clock]
+    return [1e3 * (a - b) / (new_tokens - 1) for a, b in zip(long, short, strict=True)]
 
 
 def verification_curve(
@@ -125,7 +152,7 @@ def verification_curve(
     out = {impl: {} for impl in impls}
     for k in ks:
         for impl in impls:
-            model = TransformerLM(model_cfg.replace(attention=impl))
+            model = TransformerLM(variant(model_cfg, impl))
             timing = call_cost(
                 model, params, k, context=context, cache_len=cache_len, repeats=repeats
             )
