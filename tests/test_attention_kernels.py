@@ -93,7 +93,7 @@ def test_kernels_equal_xla_on_a_random_tree_mask():
         np.testing.assert_allclose(jax.jit(fn)(*args), ref, atol=KERNEL_TOL, rtol=0, err_msg=name)
 
 
-@pytest.mark.parametrize("block", [7, 32, 64, 69])
+@pytest.mark.parametrize("block", [7, 32])
 def test_blockwise_block_sizes_that_do_not_divide_the_buffer(block):
     for starts, t in (([0, 3], 24), ([37, 66], 4)):
         args = _inputs(starts, t, 2, 2, seed=block)
@@ -122,6 +122,14 @@ def test_blockwise_row_without_visible_slots_in_a_block_is_not_nan():
     out = ak.blockwise_attention(q, k, v, mask, lengths, block=16)
     assert np.isfinite(np.asarray(out)).all()
     np.testing.assert_allclose(out, ak.xla_attention(q, k, v, mask), atol=KERNEL_TOL, rtol=0)
+
+
+def test_blockwise_buffers_of_two_blocks_take_the_xla_path():
+    # Control for the NaN test below: with block 35 (70 = two blocks) every slot is read.
+    q, k, v, mask, lengths = _inputs([5, 20], 3, 2, 2)
+    k_nan, v_nan = k.at[:, 40:].set(jnp.nan), v.at[:, 40:].set(jnp.nan)
+    out = ak.blockwise_attention(q, k_nan, v_nan, mask, lengths, block=35)
+    assert np.isnan(np.asarray(out)).any()
 
 
 def test_blockwise_trip_count_is_traced():
@@ -179,7 +187,9 @@ def _model_outputs(family, attention, dtype):
 def test_models_equal_xla_prefill_then_verify(family, dtype):
     tol = LOGITS_TOL if dtype == "float32" else BF16_TOL
     ref = _model_outputs(family, "xla", dtype)
-    for name in ("blockwise", "dot_product_attention"):
+    # dot_product_attention at model level once (its kernel is checked on every case above).
+    names = ("blockwise", "dot_product_attention") if family == "gpt2" else ("blockwise",)
+    for name in names:
         for got, want in zip(_model_outputs(family, name, dtype), ref, strict=True):
             np.testing.assert_allclose(got, want, atol=tol, rtol=0, err_msg=name)
 

@@ -77,15 +77,17 @@ def blockwise_attention(q, cache_k, cache_v, mask, lengths, *, block: int = 128)
     previous block are masked out. Scores, the running max / normaliser and the accumulator are
     float32 whatever q's dtype (bf16 compute, float32 accumulation).
 
-    A buffer that fits in one block, or a call that fills the whole buffer (T == max_len, e.g.
-    `sequence_logits` in training), has nothing to skip: it takes `xla_attention`, which also
-    keeps training differentiable (reverse mode cannot go through a traced-bound loop).
+    A buffer of at most two blocks takes `xla_attention`: there is little to skip, and the loop's
+    fixed cost showed (1.35M-param model, cache 256, block 128: 1.26x the xla step in CPU time,
+    experiments/speed/ATTENTION.md). So does a call that fills the whole buffer (T == max_len,
+    e.g. `sequence_logits` in training): nothing to skip, and it keeps training differentiable
+    (reverse mode cannot go through a traced-bound loop).
     """
     batch, t, kv, group, hd = q.shape
     max_len = cache_k.shape[1]
     if block < 1:
         raise ValueError(f"block must be >= 1, got {block}")
-    if max_len <= block or t >= max_len:
+    if max_len <= 2 * block or t >= max_len:
         return xla_attention(q, cache_k, cache_v, mask)
     num_blocks = -(-jnp.max(lengths).astype(jnp.int32) // block)  # traced trip count
     num_blocks = jnp.minimum(num_blocks, -(-max_len // block))
