@@ -132,6 +132,18 @@ def test_blockwise_buffers_of_two_blocks_take_the_xla_path():
     assert np.isnan(np.asarray(out)).any()
 
 
+def test_blockwise_is_differentiable_on_full_buffer_calls():
+    # Training scores a whole buffer (T == max_len): that takes the xla path, so reverse mode
+    # works (it cannot go through the traced-bound loop).
+    q, k, v, mask, lengths = _inputs([0], MAX_LEN, 2, 2)
+    grads = [
+        jax.grad(lambda q, fn=fn: (fn(q, k, v, mask, lengths) ** 2).sum())(q)
+        for fn in (OTHERS["blockwise"], ak.xla_attention)
+    ]
+    np.testing.assert_allclose(grads[0], grads[1], atol=KERNEL_TOL, rtol=0)
+    assert np.abs(np.asarray(grads[1])).max() > 0
+
+
 def test_blockwise_trip_count_is_traced():
     traces = []
 
