@@ -9,9 +9,8 @@ cache write is done here by hand. Positions and the mask are inputs (computed by
 from __future__ import annotations
 
 import flax.linen as nn
-import jax
-import jax.numpy as jnp
 
+from specjax.models.attention_kernels import attend
 from specjax.models.config import TransformerConfig
 from specjax.models.kv_cache import write_rows
 from specjax.models.layers import apply_rope, partitioned, rope_frequencies
@@ -29,7 +28,8 @@ class Attention(nn.Module):
         Args:
           x: [batch, T, embed] inputs of the new tokens.
           positions: int32 [batch, T] positions for RoPE (a chain: starts[:, None] + arange(T)).
-          mask: bool [batch, T, max_len] which slots each new token sees, after its own write.
+          mask: bool [batch, T, max_len] which slots each new token sees, after its own write;
+            it shows no slot at or past starts + T (implementation: `config.attention`).
           cache_k: [batch, max_len, kv_heads, head_dim] keys so far.
           cache_v: [batch, max_len, kv_heads, head_dim] values so far.
           starts: int32 [batch], where row b's new tokens are written (its cache length).
@@ -65,13 +65,10 @@ class Attention(nn.Module):
 
         batch, t = x.shape[:2]
         q = q.reshape(batch, t, kv, h // kv, hd)  # [batch, T, kv_heads, group, head_dim]
-        scores = jnp.einsum(
-            "btkgd,bskd->bkgts", q, cache_k.astype(q.dtype), preferred_element_type=jnp.float32
-        )  # [batch, kv_heads, group, T, max_len]
-        scores = scores * (1.0 / jnp.sqrt(jnp.float32(hd)))
-        scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
-        weights = jax.nn.softmax(scores, axis=-1).astype(cfg.compute_dtype)
-        out = jnp.einsum("bkgts,bskd->btkgd", weights, cache_v.astype(cfg.compute_dtype))
+        lengths = starts + t  # [batch] live slots per row after the write
+        out = attend(
+            cfg.attention, q, cache_k, cache_v, mask, lengths, block=cfg.attention_block
+        )  # [batch, T, kv_heads, group, head_dim]
         out = out.reshape(batch, t, h, hd)
         out = nn.DenseGeneral(
             cfg.embed_dim,

@@ -13,6 +13,8 @@ import jax.numpy as jnp
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope")
 MLPS = ("gelu", "swiglu")
+# Attention implementations (specjax/models/attention_kernels.py); "auto" picks by backend.
+ATTENTIONS = ("auto", "xla", "blockwise", "dot_product_attention")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +51,11 @@ class TransformerConfig:
       tie_embeddings: the output head is the transposed token embedding.
       dtype: compute dtype name ("float32", "bfloat16").
       param_dtype: parameter dtype name.
+      attention: "auto" (by backend), "xla" (scores the whole cache buffer), "blockwise"
+        (online softmax over cache blocks up to the longest live row) or
+        "dot_product_attention" (`jax.nn.dot_product_attention`, cuDNN on GPU). Changes no
+        weight; configs saved without it load as "auto".
+      attention_block: cache slots per block of "blockwise".
     """
 
     vocab_size: int
@@ -70,6 +77,8 @@ class TransformerConfig:
     tie_embeddings: bool = True
     dtype: str = "float32"
     param_dtype: str = "float32"
+    attention: str = "auto"
+    attention_block: int = 128
 
     # Fields filled in by __post_init__ when left as None (not compared: same model, same hash).
     _derived: tuple = dataclasses.field(default=(), init=False, repr=False, compare=False)
@@ -104,9 +113,22 @@ class TransformerConfig:
             derived.append("head_dim")
             object.__setattr__(self, "head_dim", self.embed_dim // self.num_heads)
         object.__setattr__(self, "_derived", tuple(derived))
-        for name, allowed in (("norm", NORMS), ("positions", POSITIONS), ("mlp", MLPS)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"TransformerConfig.{name} must be one of {allowed}")
+        for name, allowed in (
+            ("norm", NORMS),
+            ("positions", POSITIONS),
+            ("mlp", MLPS),
+            ("attention", ATTENTIONS),
+        ):
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(
+                    f"TransformerConfig.{name} must be one of {allowed}, got {value!r}"
+                )
+        if not isinstance(self.attention_block, int) or self.attention_block < 1:
+            raise ValueError(
+                f"TransformerConfig.attention_block must be an integer >= 1, "
+                f"got {self.attention_block!r}"
+            )
         if self.positions == "rope" and self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head_dim, got {self.head_dim}")
         for name in ("dtype", "param_dtype"):

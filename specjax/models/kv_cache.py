@@ -73,14 +73,14 @@ def init_kv_cache(num_layers, batch, max_len, kv_heads, head_dim, dtype=jnp.floa
 def write_rows(buffer: jax.Array, new: jax.Array, starts: jax.Array) -> jax.Array:
     """Writes new[b, :T] into buffer[b, starts[b] : starts[b] + T] for every row b.
 
-    A masked select rather than a per-row `dynamic_update_slice`: on XLA:CPU the latter made the
-    one-token decode step copy each cache buffer several times (visible in the compiled HLO;
-    `tests/test_cache_copies.py` counts them), while a select over the whole buffer updates it
-    in place. A batched scatter
-    (`buffer.at[rows, cols].set(...)`) measured the same speed side by side (8-layer d=512
-    target: 10.1 / 15.4 / 25.7 ms per token at cache 160 / 512 / 1024 for both) but brings
-    transposed copies of the cache into the loop, so the select stays. Entries that would land
-    past the end of the buffer are dropped (callers check capacity on the host).
+    A scatter of batch x T entries, so a write costs what it writes, not the buffer: the earlier
+    masked select over the whole buffer (`jnp.where(inside, new, buffer)`) read and wrote every
+    cache slot on every step, which made a decode step's cost grow with `cache_len` even with
+    length-aware attention (zoo target shape, cache 4096: see experiments/speed/ATTENTION.md).
+    A per-row `dynamic_update_slice` made XLA:CPU copy each cache buffer several times per step;
+    the scatter updates it in place (`tests/test_cache_copies.py` counts copies in loop bodies;
+    the entry computation copies the zero-initialised buffers once per call). Entries that would
+    land past the end of the buffer are dropped (callers check capacity on the host).
 
     Args:
       buffer: [batch, length, ...].
@@ -90,17 +90,10 @@ def write_rows(buffer: jax.Array, new: jax.Array, starts: jax.Array) -> jax.Arra
     Returns:
       [batch, length, ...] the updated buffer.
     """
-    length, num_new = buffer.shape[1], new.shape[1]
-    offset = jnp.arange(length)[None, :] - starts[:, None]  # [batch, length]
-    inside = (offset >= 0) & (offset < num_new)  # [batch, length]
-    if num_new == 1:
-        gathered = jnp.broadcast_to(new, buffer.shape)
-    else:
-        index = jnp.clip(offset, 0, num_new - 1)  # [batch, length]
-        index = index.reshape(index.shape + (1,) * (buffer.ndim - 2))
-        gathered = jnp.take_along_axis(new, index, axis=1)  # [batch, length, ...]
-    mask = inside.reshape(inside.shape + (1,) * (buffer.ndim - 2))
-    return jnp.where(mask, gathered.astype(buffer.dtype), buffer)
+    batch, num_new = new.shape[:2]
+    rows = jnp.arange(batch)[:, None]  # [batch, 1]
+    cols = starts[:, None] + jnp.arange(num_new)[None, :]  # [batch, T]
+    return buffer.at[rows, cols].set(new.astype(buffer.dtype), mode="drop")
 
 
 def select_rows(buffer: jax.Array, starts: jax.Array, index: jax.Array) -> jax.Array:
