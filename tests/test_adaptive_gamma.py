@@ -194,3 +194,23 @@ def test_bad_arguments_raise_naming_the_argument(build, match):
 def _decoder_with(policy, gamma=GAMMA, draft=None):
     draft = drafts()["noisy_self"][0] if draft is None else draft
     return SpeculativeDecoder(TARGET, draft, gamma, GREEDY, CACHE_LEN, gamma_policy=policy)
+
+
+def test_theory_with_measured_iteration_costs_maximises_tokens_per_cost():
+    """With whole-iteration costs, γ_t = argmax_γ E[tokens](α̂, γ) / cost(γ), computed here
+    from the paper's expected-tokens formula (theory.expected_tokens_per_iteration)."""
+    alphas = np.array([0.2, 0.5, 0.7, 0.85, 0.95, 0.99])
+    counts = 1e6
+    state = (jnp.asarray(alphas * counts, jnp.float32), jnp.asarray((1 - alphas) * counts))
+    costs = (1.0, 1.3, 1.55, 1.9, 2.4, 3.2)  # loop overhead per draft step grows with γ
+    policy = TheoryGamma.from_iteration_costs(costs, prior_strength=1e-6)
+    gammas = np.arange(1, 7)
+    rate = theory.expected_tokens_per_iteration(alphas[:, None], gammas) / np.array(costs)
+    np.testing.assert_array_equal(policy.budget(state, 6), gammas[np.argmax(rate, axis=1)])
+    # Only the first gamma_max costs are read; too few of them is an error naming the field.
+    np.testing.assert_array_equal(policy.budget(state, 3), gammas[np.argmax(rate[:, :3], axis=1)])
+    with pytest.raises(ValueError, match="iteration_costs"):
+        policy.budget(state, 7)
+    for bad in ((), (1.0, -2.0), (1.0, float("nan"))):
+        with pytest.raises(ValueError, match="iteration_costs"):
+            TheoryGamma(iteration_costs=bad)

@@ -8,12 +8,17 @@ policy at gamma_max = max(gammas) decodes the same validation prompts at batch 1
 its own call, the paper's setting), timed round-robin (CPU seconds, median over `repeats`).
 The policies verify at the static width gamma_max + 1 (the default; the theory policy models
 it), and a name with "+auto" verifies only as wide as its drafts (`verify_widths="auto"`; the
-theory policy then models γ + 1); `fixed<gamma_max>-via-adaptive` is the adaptive
-drafter at a constant γ, its own overhead against the fixed-γ scan. The best fixed γ is found
+theory policy then models γ + 1); `theory_loop` is the theory policy on whole-iteration costs
+measured in the loop (each fixed-γ decoder's CPU seconds per iteration on a separate
+calibration prompt: a cost, not an acceptance, is measured; α is still estimated online);
+`fixed_via_adaptive` is the adaptive drafter at a constant γ = gamma_max, its own overhead
+against the fixed-γ scan. The best fixed γ is found
 after the fact; each row's `vs_best_fixed` is the best fixed γ's ms/token over its own.
 """
 
 from __future__ import annotations
+
+import time
 
 import jax
 import ml_collections
@@ -48,6 +53,7 @@ def config(tiny: bool = False) -> ml_collections.ConfigDict:
         "confidence:0.4",
         "theory",
         "theory+auto",
+        "theory_loop",
         "fixed_via_adaptive",
         "fixed_via_adaptive+auto",
     )
@@ -70,11 +76,13 @@ def _models(c, workdir: str, log):
     return target, tparams, {n: (m, p) for n, (m, p, _) in loaded["drafts"].items()}
 
 
-def _policy(name: str, t_target: dict, t_draft: float):
+def _policy(name: str, t_target: dict, t_draft: float, iteration_costs=None):
     """(policy, verify_widths) of a policy name; "+auto" verifies only as wide as the drafts."""
     name, plus, widths = name.partition("+")
     if plus and widths != "auto":
         raise ValueError(f"policies: unknown suffix +{widths!r} (only +auto)")
+    if name == "theory_loop":
+        return TheoryGamma.from_iteration_costs(iteration_costs), widths or "static"
     policy = _policy_only(name, t_target, t_draft, static=not plus)
     return policy, widths or "static"
 
@@ -90,6 +98,29 @@ def _policy_only(name: str, t_target: dict, t_draft: float, static: bool):
     if name == "fixed_via_adaptive":
         return FixedGamma()
     raise ValueError(f"policies: unknown policy {name!r}")
+
+
+def iteration_costs(decoders: dict, gammas, tparams, dparams, prompts, key, new: int) -> list:
+    """CPU seconds per loop iteration of each fixed-γ decoder on calibration prompts.
+
+    A cost measurement (time / target calls), not an acceptance one: `theory_loop` still
+    estimates α online. Median of 3 timed runs after one untimed (compiling) run.
+    """
+    costs = []
+    for g in gammas:
+        d = decoders[f"fixed{g}"]
+        fn = lambda d=d: [
+            d.generate(tparams, dparams, prompts=[p], key=key, max_new_tokens=new) for p in prompts
+        ]
+        result = jax.block_until_ready(fn())
+        calls = summarize_stats([r.stats for r in result])["target_calls"]
+        samples = []
+        for _ in range(3):
+            start = time.process_time()
+            jax.block_until_ready(fn())
+            samples.append(time.process_time() - start)
+        costs.append(float(np.median(samples)) / calls)
+    return costs
 
 
 def _row(label, result, seconds) -> dict:
@@ -110,6 +141,8 @@ def run(c, workdir: str, log=print) -> dict:
     target, tparams, drafts = _models(c, workdir, log)
     val = np.asarray(load_corpus(c.corpus, "validation", ByteTokenizer()))
     prompts = [np.asarray(p) for p in sample_prompts(val, c.prompts, c.prompt_len, seed=1).tokens]
+    # Other prompts for theory_loop's cost calibration (never the measured ones).
+    calibration = [np.asarray(p) for p in sample_prompts(val, 1, c.prompt_len, seed=2).tokens]
     gamma_max = max(c.gammas)
     # The cost model takes each width's fastest sample: other jobs only ever slow a sample down.
     where = dict(context=c.prompt_len, cache_len=c.cache_len, steps=16, repeats=7)
@@ -125,12 +158,21 @@ def run(c, workdir: str, log=print) -> dict:
         log(f"{name}: c = {t_draft / t_target[1]:.4f}")
         for t in c.temperatures:
             warper = make_warper(t)
+            key = jax.random.PRNGKey(c.seed)
             decoders = {
                 f"fixed{g}": SpeculativeDecoder(target, draft, g, warper, c.cache_len)
                 for g in c.gammas
             }
+            per_iteration = None
+            if "theory_loop" in c.policies:
+                if tuple(c.gammas) != tuple(range(1, gamma_max + 1)):
+                    raise ValueError(f"theory_loop needs gammas = 1..gamma_max, got {c.gammas}")
+                per_iteration = iteration_costs(
+                    decoders, c.gammas, tparams, dparams, calibration, key, c.max_new_tokens
+                )
+                log("iteration cost / γ: " + ", ".join(f"{t * 1e3:.3f} ms" for t in per_iteration))
             for label in c.policies:
-                policy, widths = _policy(label, t_target, t_draft)
+                policy, widths = _policy(label, t_target, t_draft, per_iteration)
                 decoders[label] = SpeculativeDecoder(
                     target,
                     draft,
@@ -140,7 +182,6 @@ def run(c, workdir: str, log=print) -> dict:
                     gamma_policy=policy,
                     verify_widths=widths,
                 )
-            key = jax.random.PRNGKey(c.seed)
             calls = {
                 label: (
                     lambda d=d, dp=dparams, k=key: [
@@ -164,6 +205,9 @@ def run(c, workdir: str, log=print) -> dict:
                 r["vs_best_fixed"] = best["ms_per_token"] / r["ms_per_token"]
             out["blocks"].append(
                 dict(
+                    iteration_ms=None
+                    if per_iteration is None
+                    else [x * 1e3 for x in per_iteration],
                     draft=name,
                     temperature=float(t),
                     c=t_draft / t_target[1],

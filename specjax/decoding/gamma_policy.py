@@ -201,6 +201,10 @@ class TheoryGamma(_PastOnly):
       decay: per-iteration forgetting factor of A and R, in (0, 1].
       static_verify: the target scores gamma_max + 1 positions whatever γ is (True, the
         default decoder), or γ + 1 (False: `verify_widths="auto"` at batch 1).
+      iteration_costs: a whole loop iteration's measured cost at γ = 1, 2, ... (any unit; at
+        least gamma_max of them), replacing T(v) + γ c: the loop's own work per draft step and
+        per iteration, which the model of bare calls leaves out, is in it
+        (`from_iteration_costs`). None: the model of target_costs and c.
     """
 
     c: float = 0.1
@@ -209,6 +213,7 @@ class TheoryGamma(_PastOnly):
     prior_strength: float = 2.0
     decay: float = 1.0
     static_verify: bool = True
+    iteration_costs: tuple | None = None
 
     def __post_init__(self):
         if isinstance(self.c, bool) or not isinstance(self.c, int | float) or self.c < 0:
@@ -216,6 +221,13 @@ class TheoryGamma(_PastOnly):
         if self.target_costs is not None:
             object.__setattr__(self, "target_costs", tuple(float(t) for t in self.target_costs))
             theory.cost_curve(list(self.target_costs))  # positive, finite
+        if self.iteration_costs is not None:
+            costs = tuple(float(t) for t in self.iteration_costs)
+            if not costs or not all(np.isfinite(t) and t > 0 for t in costs):
+                raise ValueError(
+                    f"iteration_costs must be positive finite numbers, got {self.iteration_costs!r}"
+                )
+            object.__setattr__(self, "iteration_costs", costs)
         if not 0.0 < self.prior_alpha < 1.0:
             raise ValueError(f"prior_alpha must lie in (0, 1), got {self.prior_alpha!r}")
         if not self.prior_strength > 0:
@@ -230,8 +242,22 @@ class TheoryGamma(_PastOnly):
         relative = tuple((curve / curve[0]).tolist())  # T(1) = 1
         return cls(c=float(t_draft / curve[0]), target_costs=relative, **kwargs)
 
+    @classmethod
+    def from_iteration_costs(cls, costs, **kwargs) -> TheoryGamma:
+        """From a loop iteration's measured cost at γ = 1..gamma_max (e.g. fixed-γ decoders'
+        seconds per iteration on calibration prompts: a cost, not an acceptance, is measured)."""
+        return cls(iteration_costs=tuple(costs), **kwargs)
+
     def _relative_costs(self, gamma_max: int) -> np.ndarray:
         """float64 [gamma_max] iteration cost T(v) / T(1) + γ c for γ = 1..gamma_max."""
+        if self.iteration_costs is not None:
+            if len(self.iteration_costs) < gamma_max:
+                raise ValueError(
+                    f"iteration_costs covers γ = 1..{len(self.iteration_costs)}, but "
+                    f"gamma_max={gamma_max} needs γ up to {gamma_max}"
+                )
+            costs = np.asarray(self.iteration_costs[:gamma_max])
+            return costs / costs[0]
         gammas = np.arange(1, gamma_max + 1)
         if self.target_costs is None:
             verify = np.ones(gamma_max)
