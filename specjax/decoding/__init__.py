@@ -21,6 +21,9 @@ The seams (see each module's docstring):
   * `gamma_policy.py`, `adaptive_drafter.py`: adaptive γ (`SpeculativeDecoder(...,
     gamma_policy=HeuristicGamma())`): per-row draft lengths chosen by a policy, drafted in a
     loop that stops once every row has stopped.
+  * `hierarchical.py`: hierarchical speculation: `SpeculativeDrafter(SpeculativeDecoder(middle,
+    small, ...))` is the draft of another decoder (target <- middle <- small, any depth); the
+    draft params are then the inner decoder's params as a tuple, (middle_params, small_params).
   * `acceptance.py`: the verification rule, a static `accept=` field of `SpeculativeDecoder`;
     `block.py`: block verification (`block_accept`), a drop-in rule that keeps more drafts.
   * `sampling.py`: warpers (temperature, top-k, top-p), one shared by target and draft.
@@ -44,6 +47,7 @@ from specjax.decoding.gamma_policy import (
     TheoryGamma,
     parse_gamma_policy,
 )
+from specjax.decoding.hierarchical import SpeculativeDrafter
 from specjax.decoding.lookup_tree import LookupTreeDrafter
 from specjax.decoding.loop import Decoder, LoopState, generate, stream
 from specjax.decoding.sampling import (
@@ -90,6 +94,7 @@ __all__ = [
     "Sequences",
     "ShardedDecoder",
     "SpeculativeDecoder",
+    "SpeculativeDrafter",
     "Temperature",
     "TokenTree",
     "TopK",

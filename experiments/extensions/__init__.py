@@ -1,0 +1,1 @@
+"""Leviathan et al.'s open extensions, built and measured (issue #19)."""
