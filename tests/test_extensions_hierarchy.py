@@ -43,6 +43,7 @@ def test_every_configuration_is_measured(results):
             assert row["draft_calls_per_iteration"] >= 1.0
             assert 1.0 <= row["tokens_per_iteration"] <= row["gamma"] + 1
             assert row["predicted_speedup"] > 0 and row["predicted_speedup_calls"] > 0
+            assert "predicted_speedup_composed" in row
 
 
 def test_report_lists_the_best_of_each_configuration(results):
