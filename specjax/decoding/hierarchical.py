@@ -17,10 +17,11 @@ the inner draft. So its first γ tokens are a draft drawn from M, token by token
 at each of them is the right denominator of the outer acceptance ratio. The inner verify call has
 computed M's warped p at every position it emitted (`SpeculativeSteps.recorded_step` returns it),
 so q costs nothing extra. The trap: a token the inner level emitted from its residual
-norm(max(0, M - q_small)) (or as its bonus) is still, marginally, a sample of M given the prefix;
-the residual is the law of that token *given that the small draft was rejected*, an event the
-outer level knows nothing about. Using the residual as q there is biased (the negative control in
-tests/test_hierarchical_sampling.py overrides `draft_law` to do exactly that).
+norm(max(0, M - q_small)) is still, marginally, a sample of M given the prefix (as is a bonus
+token, drawn from M itself); the residual is the law of that token *given that the small draft
+was rejected*, an event the outer ratio must not condition on. Using the residual as q there
+is biased (the negative control in tests/test_hierarchical_sampling.py overrides `draft_law` to
+do exactly that).
 
 One `propose`, per row, at outer length L:
   1. the inner loop state's sequences become a copy of the outer ones (same tokens and lengths;
