@@ -21,6 +21,9 @@ The seams (see each module's docstring):
   * `gamma_policy.py`, `adaptive_drafter.py`: adaptive γ (`SpeculativeDecoder(...,
     gamma_policy=HeuristicGamma())`): per-row draft lengths chosen by a policy, drafted in a
     loop that stops once every row has stopped.
+  * `hierarchical.py`: hierarchical speculation: `SpeculativeDrafter(SpeculativeDecoder(middle,
+    small, ...))` is the draft of another decoder (target <- middle <- small, any depth); the
+    draft params are then the inner decoder's params as a tuple, (middle_params, small_params).
   * `acceptance.py`: the verification rule, a static `accept=` field of `SpeculativeDecoder`;
     `block.py`: block verification (`block_accept`), a drop-in rule that keeps more drafts.
   * `beam.py`, `speculative_beam.py`: beam search (`BeamSearchDecoder`) and its speculative
@@ -48,6 +51,7 @@ from specjax.decoding.gamma_policy import (
     TheoryGamma,
     parse_gamma_policy,
 )
+from specjax.decoding.hierarchical import SpeculativeDrafter
 from specjax.decoding.lookup_tree import LookupTreeDrafter
 from specjax.decoding.loop import Decoder, LoopState, generate, stream
 from specjax.decoding.sampling import (
@@ -99,6 +103,7 @@ __all__ = [
     "ShardedDecoder",
     "SpeculativeBeamDecoder",
     "SpeculativeDecoder",
+    "SpeculativeDrafter",
     "Temperature",
     "TokenTree",
     "TopK",

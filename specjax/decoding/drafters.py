@@ -31,6 +31,8 @@ Two future proposers checked against this protocol on paper before it was settle
     verifier returns num_accepted and the accepted `path`, which `Verdict.path` carries to
     `commit`, where the drafter compacts its cache with the state's `select(starts, path)` before
     rolling back. Fits, with `Verdict.path` as the one tree-specific field.
+Both are built: `SpeculativeDrafter` (hierarchical.py; it runs the inner steps until every row
+has gamma + 1 new tokens, so the middle model never lags the sequence) and `TreeDrafter`.
 
 Drafters here: `ModelDrafter` (any specjax model, one token per call in a scan: today's draft
 loop) and `LookupDrafter` (copies the continuation of an earlier match of the sequence's suffix,

@@ -26,6 +26,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from flax import struct
 
 from specjax.decoding import loop
 from specjax.decoding.acceptance import speculative_accept
@@ -40,6 +41,22 @@ from specjax.models.kv_cache import rollback
 
 # The loop state's name before every decoder shared one (kept importable).
 SpecLoopState = LoopState
+
+
+@struct.dataclass
+class StepRecord:
+    """What one speculative step saw, for a hierarchical drafter (`decoding/hierarchical.py`).
+
+    Attributes:
+      p: float32 [batch, width, vocab] the target's warped distribution at each scored position:
+        p[:, j] is the law of the step's j-th emitted token given everything before it.
+      proposal: the drafter's Proposal.
+      num_accepted: int32 [batch] drafts kept (the step emitted num_accepted + 1 tokens).
+    """
+
+    p: jax.Array
+    proposal: Any
+    num_accepted: jax.Array
 
 
 class SpeculativeSteps:
@@ -96,6 +113,10 @@ class SpeculativeSteps:
 
     def step(self, params, s: LoopState) -> LoopState:
         """One propose-score-verify-emit-commit iteration for every row."""
+        return self.recorded_step(params, s)[0]
+
+    def recorded_step(self, params, s: LoopState) -> tuple[LoopState, StepRecord]:
+        """`step`, also returning what it saw (a decoder that drafts with this one needs p)."""
         target_params, draft_params = params
         t_state, d_state = s.model_states
         active = ~s.seq.done  # [batch]
@@ -109,12 +130,13 @@ class SpeculativeSteps:
         seq, count = emit(s.seq, out, n + 1, s.eos_id, s.max_new_tokens)
         t_state = self.commit_target(t_state, old_len, n, path, active)
         d_state = self.drafter.commit(proposal.state, Verdict(old_len, n, active, path))
-        return s.replace(
+        s = s.replace(
             step=s.step + 1,
             seq=seq,
             model_states=(t_state, d_state),
             stats=self._count(s.stats, proposal, logits, n, path, count, active),
         )
+        return s, StepRecord(p, proposal, n)
 
     def _count(self, stats, proposal, logits, n, path, count, active):
         """The iteration's counters: calls, tokens, acceptance by position (depth), NaN rows."""
