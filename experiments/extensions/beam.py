@@ -28,13 +28,13 @@ import jax
 import ml_collections
 import numpy as np
 
+from experiments.extensions.models import model_path
 from specjax import checkpoint
 from specjax.data import load_corpus
 from specjax.data.batches import sample_prompts
 from specjax.data.tokenizer import EOS_ID
 from specjax.decoding import BeamSearchDecoder, SpeculativeBeamDecoder, TokenTree
 from specjax.models import TransformerConfig, TransformerLM
-from specjax.training.zoo import cache_root
 
 
 def config(tiny: bool = False) -> ml_collections.ConfigDict:
@@ -42,10 +42,11 @@ def config(tiny: bool = False) -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     # Corpus the prompts are cut from (validation split).
     c.corpus = "python"
-    # Target and drafts: model-cache directory names (under specjax's cache root), or
-    # "random:<layers>x<embed>" for a random-weight transformer (tests, the tiny config).
-    c.target = "mini_target-python-b1c5c50bde14"
-    c.drafts = ("mini_draft-distill_tv_ft-python-0f7fdba813a9",)
+    # Target and drafts: pipeline names resolved on `corpus` or model-cache directory names
+    # (experiments/extensions/models.py), or "random:<layers>x<embed>" for a random-weight
+    # transformer (tests, the tiny config).
+    c.target = "mini_target"
+    c.drafts = ("mini_draft_distilled",)
     # Beam widths and draft lengths to measure.
     c.beams = (2, 4)
     c.gammas = (2, 3, 4, 5, 6)
@@ -80,8 +81,9 @@ def config(tiny: bool = False) -> ml_collections.ConfigDict:
     return c
 
 
-def load(name: str, vocab: int, cache_len: int, seed: int):
-    """(model, params) of a model-cache directory name or a "random:<layers>x<embed>" spec."""
+def load(name: str, vocab: int, cache_len: int, seed: int, corpus: str = "python"):
+    """(model, params) of a trained model's name (`models.model_path`) or a
+    "random:<layers>x<embed>" spec."""
     if name.startswith("random:"):
         layers, embed = (int(x) for x in name.split(":")[1].split("x"))
         model = TransformerLM(
@@ -95,7 +97,7 @@ def load(name: str, vocab: int, cache_len: int, seed: int):
             )
         )
         return model, model.init_params(jax.random.PRNGKey(seed))
-    model, params, _ = checkpoint.load_model(os.path.join(cache_root(), name))
+    model, params, _ = checkpoint.load_model(model_path(name, corpus, option="beam model"))
     return model, params
 
 
@@ -136,8 +138,10 @@ def run(c: ml_collections.ConfigDict, workdir: str, log=print) -> dict:
     """Measures every decoder; returns (and writes to <workdir>/beam.json) the results."""
     t0 = time.perf_counter()
     vocab = EOS_ID + 1
-    target, tparams = load(c.target, vocab, c.cache_len, c.seed)
-    drafts = {n: load(n, vocab, c.cache_len, c.seed + 1 + i) for i, n in enumerate(c.drafts)}
+    target, tparams = load(c.target, vocab, c.cache_len, c.seed, c.corpus)
+    drafts = {
+        n: load(n, vocab, c.cache_len, c.seed + 1 + i, c.corpus) for i, n in enumerate(c.drafts)
+    }
     prompts = _prompts(c)
     eos = EOS_ID if c.use_eos else None
     new = int(c.max_new_tokens)

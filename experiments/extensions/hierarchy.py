@@ -61,9 +61,10 @@ def config(tiny: bool = False) -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     # "cached": the mini pair from the model cache; "random": random-weight tiny transformers.
     c.models = "random" if tiny else "cached"
-    # Cached model directory names under $SPECJAX_CACHE/models (~/.cache/specjax/models).
-    c.target = "mini_target-python-b1c5c50bde14"
-    c.middle = "mini_draft-python-c313a92fc4e9"
+    # Pipeline names resolved on `corpus`, or model-cache directory names
+    # (experiments/extensions/models.py).
+    c.target = "mini_target"
+    c.middle = "mini_draft"
     # Corpus of the bigram (its training split) and of the prompts (validation split).
     c.corpus = "python"
     # Outer γ (target <- middle, target <- bigram, 3-level) and inner γ (middle <- bigram).
@@ -118,17 +119,17 @@ def load_models(cfg, log=print) -> dict:
             "small": (NgramLM(vocab, 2), fit_ngram(train, vocab, 2), "bigram (random tokens)"),
         }
         return {"models": models, "prompts": prompts}
+    from experiments.extensions.models import model_path
     from specjax.checkpoint import load_model
     from specjax.data import load_corpus
     from specjax.data.batches import sample_prompts
     from specjax.data.tokenizer import ByteTokenizer
-    from specjax.training.zoo import cache_root
 
     tok = ByteTokenizer()
     models = {}
     for role in ("target", "middle"):
         name = cfg[role]
-        model, params, _ = load_model(os.path.join(cache_root(), name))
+        model, params, _ = load_model(model_path(name, cfg.corpus, log, option=role))
         size = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
         models[role] = (model, params, f"{name} ({size / 1e3:.0f}K params)")
         log(f"  {role}: {models[role][2]}")
