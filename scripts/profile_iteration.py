@@ -28,6 +28,9 @@ _GAMMA = flags.DEFINE_integer("gamma", 4, "Drafted tokens per iteration.")
 _BATCH = flags.DEFINE_integer("batch", 1, "Rows.")
 _REPEATS = flags.DEFINE_integer("repeats", 7, "Timed loops per figure (medians).")
 _CACHE_LEN = flags.DEFINE_integer("cache_len", 256, "Cache positions.")
+_CLOCK = flags.DEFINE_enum(
+    "clock", "wall", ["wall", "cpu"], "wall: time.perf_counter; cpu: process CPU time."
+)
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Also write every figure to this JSON file.")
 _COMPARE = flags.DEFINE_string(
     "compare_tree", None, "Also profile the specjax of this checkout (before vs after), alternated."
@@ -138,7 +141,7 @@ def main(argv):
     load = open("/proc/loadavg").read().split()[:3]
     lines = [
         f"{what}, γ = {_GAMMA.value}, batch {_BATCH.value}, cache {_CACHE_LEN.value}, "
-        f"load average {' '.join(load)}, git {_git_head()}",
+        f"{_CLOCK.value} clock, load average {' '.join(load)}, git {_git_head()}",
         "",
     ]
     results = {"header": lines[0]}
@@ -147,7 +150,9 @@ def main(argv):
             decoder = SpeculativeDecoder(
                 target, draft, _GAMMA.value, make_warper(temperature), cache_len=_CACHE_LEN.value
             )
-            b = overhead_breakdown(decoder, (tparams, dparams), prompts, repeats=_REPEATS.value)
+            b = overhead_breakdown(
+                decoder, (tparams, dparams), prompts, repeats=_REPEATS.value, clock=clock()
+            )
             t1 = b["t_target_1"]
             lines += [
                 f"#### t = {temperature:g}, draft {name}",
@@ -179,6 +184,13 @@ def main(argv):
         with open(_JSON_OUT.value, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=1)
     print(lines[0])
+
+
+def clock():
+    """The --clock flag's timer."""
+    import time
+
+    return time.process_time if _CLOCK.value == "cpu" else time.perf_counter
 
 
 def _git_head() -> str:

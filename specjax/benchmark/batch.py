@@ -15,6 +15,7 @@ T_target(γ+1) at that batch, so the table shows where and why the speedup falls
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import jax
 import numpy as np
@@ -71,6 +72,7 @@ def batch_table(
     cache_len: int = 256,
     repeats: int = 3,
     seed: int = 0,
+    clock=time.perf_counter,
     log=print,
 ) -> list[BatchRow]:
     """AR vs speculative throughput for each batch size (see the module docstring).
@@ -86,6 +88,8 @@ def batch_table(
       cache_len: cache positions.
       repeats: timed rounds per batch size.
       seed: PRNG seed.
+      clock: wall time (default) or `time.process_time`: tokens per CPU-second of this process,
+        steadier when other processes share the cores (see `timing.time_call`).
       log: progress printer (None: quiet).
 
     Returns:
@@ -107,13 +111,15 @@ def batch_table(
             "ar": lambda c=chunk: loop.generate(ar, (target_params,), c, key, max_new_tokens),
             "spec": lambda c=chunk: loop.generate(spec, pair, c, key, max_new_tokens),
         }
-        timed = interleaved({n: (lambda f=f: f().tokens) for n, f in calls.items()}, repeats)
+        timed = interleaved(
+            {n: (lambda f=f: f().tokens) for n, f in calls.items()}, repeats, clock=clock
+        )
         result = calls["spec"]()
         stats = jax.device_get(result.stats)
         per_row = stats.emitted / np.maximum(stats.iterations, 1)  # [batch]
         emitted = float(stats.emitted.sum())
         context = min(64, cache_len - gamma - 1)
-        kwargs = dict(batch=b, context=context, cache_len=cache_len, repeats=repeats)
+        kwargs = dict(batch=b, context=context, cache_len=cache_len, repeats=repeats, clock=clock)
         t1 = call_cost(target, target_params, 1, **kwargs).median
         tv = call_cost(target, target_params, gamma + 1, **kwargs).median
         interval = ratio_interval(timed["ar"].samples, timed["spec"].samples)

@@ -12,6 +12,7 @@ the NaN scans. The pieces are timed in isolation, so they do not add up exactly 
 from __future__ import annotations
 
 import functools
+import time
 
 import jax
 import jax.numpy as jnp
@@ -36,7 +37,7 @@ def _repeat_piece(piece, args, steps):
     return jax.lax.fori_loop(0, steps, body, jnp.zeros((), jnp.float32))
 
 
-def piece_cost(piece, args, *, steps: int = 64, repeats: int = 5) -> float:
+def piece_cost(piece, args, *, steps: int = 64, repeats: int = 5, clock=time.perf_counter) -> float:
     """Median seconds of one `piece(i, *args)` (a scalar) run inside a device loop.
 
     Args:
@@ -45,8 +46,9 @@ def piece_cost(piece, args, *, steps: int = 64, repeats: int = 5) -> float:
       args: tuple of arrays.
       steps: calls per timed loop.
       repeats: timed loops.
+      clock: wall time (default) or `time.process_time` (see `timing.time_call`).
     """
-    t = time_call(lambda: _repeat_piece(piece, args, steps), repeats=repeats)
+    t = time_call(lambda: _repeat_piece(piece, args, steps), repeats=repeats, clock=clock)
     return t.median / steps
 
 
@@ -108,7 +110,14 @@ def _pieces(decoder, s: loop.LoopState, model_draft: bool) -> dict:
 
 
 def overhead_breakdown(
-    decoder, params: tuple, prompts, *, context: int = 64, steps: int = 32, repeats: int = 7
+    decoder,
+    params: tuple,
+    prompts,
+    *,
+    context: int = 64,
+    steps: int = 32,
+    repeats: int = 7,
+    clock=time.perf_counter,
 ) -> dict:
     """One speculative iteration's cost: model calls, `ovh`, and its pieces (seconds).
 
@@ -123,6 +132,7 @@ def overhead_breakdown(
       context: cached tokens before the timed model calls (at most cache_len − γ − 1).
       steps: iterations (or calls) per timed device loop.
       repeats: timed rounds.
+      clock: wall time (default) or `time.process_time` (see `timing.time_call`).
 
     Returns:
       dict with "iteration", "t_verify" (T_target(γ+1)), "t_target_1", "t_draft" (one draft
@@ -160,13 +170,13 @@ def overhead_breakdown(
     if model_draft:
         d_state = prefilled_state(draft, draft_params, batch, context, cache_len)
         calls["t_draft"] = calls_of(draft, draft_params, d_state, 1)
-    timed = interleaved(calls, repeats=repeats)
+    timed = interleaved(calls, repeats=repeats, clock=clock)
     per = {n: np.asarray(t.samples) / steps for n, t in timed.items()}  # [repeats] each
     t_draft = per.get("t_draft", np.zeros(repeats))
     ovh = per["iteration"] - per["t_verify"] - gamma * t_draft  # [repeats]
     med = {n: float(np.median(v)) for n, v in per.items()}
     pieces = {
-        name: times * piece_cost(piece, args, repeats=repeats)
+        name: times * piece_cost(piece, args, repeats=repeats, clock=clock)
         for name, (piece, args, times) in _pieces(decoder, s, model_draft).items()
     }
     return {
