@@ -118,6 +118,12 @@ _SUMMARY = flags.DEFINE_bool(
 _BATCH_SIZES = flags.DEFINE_string(
     "batch_sizes", "1,4,16,64", "Batch sizes of the --summary batch table (empty: skip it)."
 )
+_SUMMARY_CLOCK = flags.DEFINE_enum(
+    "summary_clock",
+    "cpu",
+    ["cpu", "wall"],
+    "Clock of the --summary timings: process CPU time (steadier on shared cores) or wall time.",
+)
 _CACHE_LENS = flags.DEFINE_string(
     "cache_lens",
     "256,4096",
@@ -576,10 +582,12 @@ def speed_summary() -> dict:
     prompts = bench_prompts(info, np)
     out = {}
     spec = SpeculativeDecoder(target, draft, gamma, warper, cache_len=cache_len)
-    b = overhead_breakdown(spec, (tp, dp), prompts, repeats=_REPEATS.value)
+    clock = time.process_time if _SUMMARY_CLOCK.value == "cpu" else time.perf_counter
+    b = overhead_breakdown(spec, (tp, dp), prompts, repeats=_REPEATS.value, clock=clock)
     out["overhead"] = {k: v for k, v in b.items() if k != "pieces"}
+    load = " ".join(open("/proc/loadavg").read().split()[:3])
     print(
-        f"\n== speed summary (load average {' '.join(open('/proc/loadavg').read().split()[:3])})"
+        f"\n== speed summary ({_SUMMARY_CLOCK.value} clock; load average {load})"
         f"\noverhead ratio: ovh = I_spec - T_target({gamma + 1}) - {gamma} T_draft = "
         f"{b['ovh'] * 1e3:.3f} ms = {b['ovh_share']:.1%} of T_target(1) = "
         f"{b['t_target_1'] * 1e3:.3f} ms (goal <= 10 %); AR iteration / bare step = "
@@ -601,6 +609,7 @@ def speed_summary() -> dict:
             max_new_tokens=_NEW.value,
             cache_len=cache_len,
             repeats=_REPEATS.value,
+            clock=clock,
             log=None,
         )
         print(format_batch_rows(rows, gamma), flush=True)
