@@ -202,7 +202,10 @@ def clock():
 
 
 def _git_head() -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    tree = os.path.dirname(os.path.dirname(os.path.abspath(specjax.__file__)))  # the one in use
+    out = subprocess.run(
+        ["git", "-C", tree, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
     return out.stdout.strip() or "?"
 
 
