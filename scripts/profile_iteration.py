@@ -16,7 +16,9 @@ import sys
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The specjax to profile: this checkout's, or the one --compare_tree hands a child.
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.environ.get("PROFILE_SPECJAX_TREE", _HERE))
 
 import specjax  # noqa: E402
 
@@ -104,7 +106,7 @@ def compare_trees(argv, other: str, rounds: int = 2) -> None:
     for i in range(rounds):
         for label, tree in (("before", other), ("after", here)):
             path = f"/tmp/profile_iteration_{os.getpid()}_{label}_{i}.json"
-            env = dict(os.environ, PYTHONPATH=tree)
+            env = dict(os.environ, PYTHONPATH=tree, PROFILE_SPECJAX_TREE=tree)
             cmd = [sys.executable, os.path.abspath(__file__), *args, f"--json_out={path}"]
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
             if proc.returncode:
