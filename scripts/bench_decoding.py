@@ -108,6 +108,28 @@ _TREE_RULE = flags.DEFINE_enum(
     "tree_rule", "without", ["without", "with"], "Tree siblings drawn without/with replacement."
 )
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Also write every figure to this JSON file.")
+_SUMMARY = flags.DEFINE_bool(
+    "summary",
+    False,
+    "Also print issue 20's speed summary: the overhead ratio (ovh / T_target(1) and the AR "
+    "iteration / its bare step), the batch table (--batch_sizes) and the cache_len scaling "
+    "ratio (--cache_lens).",
+)
+_BATCH_SIZES = flags.DEFINE_string(
+    "batch_sizes", "1,4,16,64", "Batch sizes of the --summary batch table (empty: skip it)."
+)
+_SUMMARY_CLOCK = flags.DEFINE_enum(
+    "summary_clock",
+    "cpu",
+    ["cpu", "wall"],
+    "Clock of the --summary timings: process CPU time (steadier on shared cores) or wall time.",
+)
+_CACHE_LENS = flags.DEFINE_string(
+    "cache_lens",
+    "256,4096",
+    "Cache lengths of the --summary cache_len scaling ratio (needs "
+    "specjax.benchmark.attention.cache_len_scaling; empty: skip it).",
+)
 
 
 def _gpt2_fields(layers: int, heads: int, dim: int) -> dict:
@@ -528,6 +550,95 @@ def measure() -> dict:
     return figures
 
 
+def _ragged_prompts(info: dict, count: int, np) -> list:
+    """`count` prompts of 16..48 tokens (ragged), from the validation split for trained models."""
+    lengths = [16 + (7 * i) % 33 for i in range(count)]
+    if info["weights"] == "trained":
+        from specjax.data import load_corpus
+        from specjax.data.batches import sample_prompts
+
+        val = np.asarray(load_corpus("python", "validation"))
+        full = sample_prompts(val, count, max(lengths), _SEED.value + 3).tokens
+        return [np.asarray(p)[:n] for p, n in zip(full, lengths, strict=True)]
+    rng = np.random.default_rng(_SEED.value + 3)
+    return [rng.integers(0, _VOCAB.value, n) for n in lengths]
+
+
+def speed_summary() -> dict:
+    """Issue 20's figures in one run: overhead ratio, batch table, cache_len scaling ratio."""
+    import importlib
+
+    import jax
+    import numpy as np
+
+    from specjax.benchmark.batch import batch_table, break_even, format_batch_rows
+    from specjax.benchmark.overhead import overhead_breakdown
+    from specjax.decoding.sampling import make_warper
+    from specjax.decoding.speculative import SpeculativeDecoder
+
+    target, tp, draft, dp, info = build_pair(jax, np)
+    cache_len, gamma = info["cache_len"], _GAMMA.value
+    warper = make_warper(_TEMPERATURE.value)
+    prompts = bench_prompts(info, np)
+    out = {}
+    spec = SpeculativeDecoder(target, draft, gamma, warper, cache_len=cache_len)
+    clock = time.process_time if _SUMMARY_CLOCK.value == "cpu" else time.perf_counter
+    b = overhead_breakdown(spec, (tp, dp), prompts, repeats=_REPEATS.value, clock=clock)
+    out["overhead"] = {k: v for k, v in b.items() if k != "pieces"}
+    load = " ".join(open("/proc/loadavg").read().split()[:3])
+    print(
+        f"\n== speed summary ({_SUMMARY_CLOCK.value} clock; load average {load})"
+        f"\noverhead ratio: ovh = I_spec - T_target({gamma + 1}) - {gamma} T_draft = "
+        f"{b['ovh'] * 1e3:.3f} ms = {b['ovh_share']:.1%} of T_target(1) = "
+        f"{b['t_target_1'] * 1e3:.3f} ms (goal <= 10 %); AR iteration / bare step = "
+        f"{b['ar_ratio']:.3f} (goal <= 1.05); T_target(1) CV over rounds {b['cv']:.0%}",
+        flush=True,
+    )
+    sizes = [int(x) for x in _BATCH_SIZES.value.split(",") if x.strip()]
+    if sizes:
+        print(f"batch table (gamma {gamma}, temperature {_TEMPERATURE.value:g}):", flush=True)
+        rows = batch_table(
+            target,
+            tp,
+            draft,
+            dp,
+            _ragged_prompts(info, max(sizes), np),
+            warper,
+            gamma,
+            batches=sizes,
+            max_new_tokens=_NEW.value,
+            cache_len=cache_len,
+            repeats=_REPEATS.value,
+            clock=clock,
+            log=None,
+        )
+        print(format_batch_rows(rows, gamma), flush=True)
+        where = break_even(rows)
+        print(
+            "speculation paid at every batch size measured"
+            if where is None
+            else f"speculation stops paying at batch {where}",
+            flush=True,
+        )
+        out["batch_table"] = [r.as_dict() for r in rows]
+    lens = [int(x) for x in _CACHE_LENS.value.split(",") if x.strip()]
+    if lens:
+        try:
+            attention = importlib.import_module("specjax.benchmark.attention")
+            scaling = attention.cache_len_scaling
+        except (ImportError, AttributeError):
+            print(
+                "cache_len scaling ratio: unavailable on this branch "
+                "(specjax.benchmark.attention.cache_len_scaling is not importable)",
+                flush=True,
+            )
+        else:
+            ratio = scaling(target, tp, cache_lens=lens)
+            print(f"cache_len scaling ratio {lens}: {ratio}", flush=True)
+            out["cache_len_scaling"] = ratio
+    return out
+
+
 def _overhead_line(f: dict, name: str) -> str:
     label = "speculative   " if name == "spec" else "autoregressive"
     parts = [f"  {label}  loop {f[f'{name}_loop_ms']:9.2f} ms;"]
@@ -678,6 +789,8 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     figures = measure()
     print(report(figures), flush=True)
+    if _SUMMARY.value:
+        figures["summary"] = speed_summary()
     if _JSON_OUT.value:
         with open(_JSON_OUT.value, "w", encoding="utf-8") as f:
             json.dump(figures, f, indent=1)

@@ -10,6 +10,7 @@ position (the length is rolled back after every call), divided by `steps`.
 from __future__ import annotations
 
 import functools
+import time
 
 import jax
 import jax.numpy as jnp
@@ -65,6 +66,7 @@ def call_cost(
     cache_len: int = 512,
     steps: int = 16,
     repeats: int = 5,
+    clock=time.perf_counter,
 ) -> Timing:
     """Seconds per forward call scoring k tokens per row (median over repeats).
 
@@ -77,6 +79,7 @@ def call_cost(
       cache_len: cache positions (what the decoders would allocate).
       steps: calls per timed loop.
       repeats: timed loops.
+      clock: wall time (default) or `time.process_time` (see `timing.time_call`).
 
     Returns:
       Timing whose median is seconds per single call.
@@ -88,7 +91,9 @@ def call_cost(
         )
     state = prefilled_state(model, params, batch, context, cache_len)
     tokens = jnp.zeros((batch, k), jnp.int32)
-    t = time_call(lambda: _repeat_calls(model, params, state, tokens, steps), repeats=repeats)
+    t = time_call(
+        lambda: _repeat_calls(model, params, state, tokens, steps), repeats=repeats, clock=clock
+    )
     return Timing(t.median / steps, tuple(s / steps for s in t.samples))
 
 

@@ -34,7 +34,9 @@ class Timing:
         return float((hi - lo) / self.median) if self.median > 0 else 0.0
 
 
-def time_call(fn: Callable, *args, repeats: int = 5, warmup: int = 1) -> Timing:
+def time_call(
+    fn: Callable, *args, repeats: int = 5, warmup: int = 1, clock: Callable = time.perf_counter
+) -> Timing:
     """Times `fn(*args)` until its outputs are ready.
 
     Args:
@@ -42,6 +44,8 @@ def time_call(fn: Callable, *args, repeats: int = 5, warmup: int = 1) -> Timing:
       *args: its arguments.
       repeats: timed calls (>= 1).
       warmup: untimed calls first (compilation, caches).
+      clock: `time.perf_counter` (wall time) or `time.process_time` (CPU time of this process,
+        all threads: steadier when other processes share the cores).
 
     Returns:
       Timing of the timed calls.
@@ -52,19 +56,22 @@ def time_call(fn: Callable, *args, repeats: int = 5, warmup: int = 1) -> Timing:
         jax.block_until_ready(fn(*args))
     samples = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         jax.block_until_ready(fn(*args))
-        samples.append(time.perf_counter() - start)
+        samples.append(clock() - start)
     return Timing(float(np.median(samples)), tuple(samples))
 
 
-def interleaved(calls: dict, repeats: int = 5, warmup: int = 1) -> dict:
+def interleaved(
+    calls: dict, repeats: int = 5, warmup: int = 1, clock: Callable = time.perf_counter
+) -> dict:
     """Times several zero-argument callables round-robin, so drift hits all of them alike.
 
     Args:
       calls: name -> zero-argument callable.
       repeats: timed rounds.
       warmup: untimed rounds.
+      clock: as for `time_call`.
 
     Returns:
       name -> Timing.
@@ -75,9 +82,9 @@ def interleaved(calls: dict, repeats: int = 5, warmup: int = 1) -> dict:
     samples = {name: [] for name in calls}
     for _ in range(repeats):
         for name, fn in calls.items():
-            start = time.perf_counter()
+            start = clock()
             jax.block_until_ready(fn())
-            samples[name].append(time.perf_counter() - start)
+            samples[name].append(clock() - start)
     return {n: Timing(float(np.median(s)), tuple(s)) for n, s in samples.items()}
 
 

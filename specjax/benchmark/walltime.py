@@ -53,6 +53,8 @@ class WalltimeRow:
         (`timing.ratio_interval`; None with one repeat).
       ar_cv: coefficient of variation of the autoregressive call over the repeats (the
         machine's noise at this size).
+      ar_samples, spec_samples: seconds of each timed round (paired: round i of both was timed
+        back to back), so the interval can be recomputed from the results alone.
     """
 
     gamma: int
@@ -73,6 +75,8 @@ class WalltimeRow:
     speedup_low: float | None = None
     speedup_high: float | None = None
     ar_cv: float | None = None
+    ar_samples: tuple = ()
+    spec_samples: tuple = ()
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -183,16 +187,23 @@ def measure_walltime(
             speedup_low=None if interval is None else interval[0],
             speedup_high=None if interval is None else interval[1],
             ar_cv=coefficient_of_variation(timings["ar"].samples),
+            ar_samples=tuple(timings["ar"].samples),
+            spec_samples=tuple(timings["spec"].samples),
         )
         log(
             f"  gamma={gamma}: AR {ar_ms:.3f} ms/tok, spec {spec_ms:.3f} ms/tok, "
-            f"speedup {row.speedup:.2f}x (loop model {loop:.2f}x, paper {_fmt(paper)}, "
+            f"speedup {row.speedup:.2f}x (95 % CI {_interval(interval)} over {repeats} paired "
+            f"rounds; AR CV {row.ar_cv:.1%}) (loop model {loop:.2f}x, paper {_fmt(paper)}, "
             f"model calls {_fmt(measured)}); iteration {spec_iter * 1e3:.3f} ms; "
             f"tokens/iter {row.tokens_per_iteration:.3f} "
             f"(predicted {row.predicted_tokens_per_iteration:.3f}); alpha {alpha:.3f}"
         )
         rows.append(row)
     return rows
+
+
+def _interval(interval) -> str:
+    return "n/a" if interval is None else f"{interval[0]:.2f}-{interval[1]:.2f}"
 
 
 def _fmt(x):

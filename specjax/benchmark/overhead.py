@@ -1,0 +1,194 @@
+"""Where a speculative iteration's time goes: its model calls, and the pieces around them.
+
+`ovh` = I_spec − T_target(γ+1) − γ·T_draft is what an iteration costs beyond its model calls
+(`iteration_cost` minus `call_cost`s, all measured inside a device loop). `overhead_breakdown`
+measures it and then times, each alone in its own device loop and at the decoder's shapes, the
+pieces that make it up: the warper over the target's γ+1 rows, each draft step's warp and
+sample, the acceptance rule, `emit` (the sequence-buffer update), the statistics update and
+the NaN scans. The pieces are timed in isolation, so they do not add up exactly to `ovh`
+(fusion across pieces, and per-op costs of the loop itself, are what is left over).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.benchmark.costs import _repeat_calls, _repeat_steps, prefilled_state
+from specjax.benchmark.timing import coefficient_of_variation, interleaved, time_call
+from specjax.decoding import loop
+from specjax.decoding.autoregressive import AutoregressiveDecoder
+from specjax.decoding.drafters import Proposal
+from specjax.decoding.sampling import sample_from_probs
+from specjax.decoding.state import emit
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def _repeat_piece(piece, args, steps):
+    """Runs `piece(i, *args)` `steps` times in a `fori_loop`, summing its scalar outputs."""
+
+    def body(i, acc):
+        return acc + piece(i, *args).astype(jnp.float32)
+
+    return jax.lax.fori_loop(0, steps, body, jnp.zeros((), jnp.float32))
+
+
+def piece_cost(piece, args, *, steps: int = 64, repeats: int = 5, clock=time.perf_counter) -> float:
+    """Median seconds of one `piece(i, *args)` (a scalar) run inside a device loop.
+
+    Args:
+      piece: hashable function (i int32 [], *args) -> a scalar; it must use `i` (a key, a token)
+        so the loop cannot hoist it.
+      args: tuple of arrays.
+      steps: calls per timed loop.
+      repeats: timed loops.
+      clock: wall time (default) or `time.process_time` (see `timing.time_call`).
+    """
+    t = time_call(lambda: _repeat_piece(piece, args, steps), repeats=repeats, clock=clock)
+    return t.median / steps
+
+
+def _pieces(decoder, s: loop.LoopState, model_draft: bool) -> dict:
+    """name -> (piece, args, times per iteration) at the decoder's shapes."""
+    batch = s.seq.tokens.shape[0]
+    gamma, vocab, warper = decoder.gamma, decoder.vocab_size, decoder.warper
+    key = jax.random.PRNGKey(1)
+    logits_t = jax.random.normal(key, (batch, gamma + 1, vocab))  # [batch, gamma + 1, vocab]
+    logits_d = jax.random.normal(jax.random.fold_in(key, 1), (batch, vocab))  # [batch, vocab]
+    draft_tokens = jax.random.randint(key, (batch, gamma), 0, vocab)  # [batch, gamma]
+    q = warper.probs(jax.random.normal(key, (batch, gamma, vocab))) if model_draft else None
+    p = warper.probs(logits_t)
+    out = jnp.concatenate([draft_tokens, draft_tokens[:, :1]], axis=1)  # [batch, gamma + 1]
+    n = jnp.full((batch,), gamma // 2, jnp.int32)
+    active = ~s.seq.done
+
+    def target_warp(i, logits):
+        return decoder.warper.probs(logits + i.astype(jnp.float32))[:, -1, 0].sum()
+
+    def draft_warp(i, logits):
+        return decoder.warper.probs(logits + i.astype(jnp.float32))[:, 0].sum()
+
+    def draft_sample(i, probs):
+        return sample_from_probs(jax.random.fold_in(key, i), probs).sum()
+
+    def accept(i, tokens, q, p):
+        t, m = decoder.accept(
+            jax.random.fold_in(key, i), (tokens + i) % vocab, q, p, fill_value=0, num_drafted=None
+        )
+        return t.sum() + m.sum()
+
+    def emit_piece(i, seq, out, n):
+        seq2, count = emit(seq, (out + i) % vocab, n + 1, s.eos_id, s.max_new_tokens)
+        return seq2.tokens[:, 0].sum() + count.sum()
+
+    def stats_piece(i, stats, tokens, q, logits, n):
+        proposal = Proposal(tokens, q, None, None, calls=gamma)
+        new = decoder._count(stats, proposal, logits, (n + i) % gamma, None, n + 1, active)
+        return sum(jnp.sum(x) for x in jax.tree.leaves(new))
+
+    def nan_scan(i, logits, q):
+        nan = jnp.isnan(logits + i.astype(jnp.float32)).any(axis=(1, 2))
+        if q is not None:
+            nan = nan | jnp.isnan(q).any(axis=(1, 2))
+        return nan.sum()
+
+    pieces = {
+        "target warp (γ+1 rows)": (target_warp, (logits_t,), 1),
+        "acceptance rule": (accept, (draft_tokens, q, p), 1),
+        "emit (sequence buffer)": (emit_piece, (s.seq, out, n), 1),
+        "statistics update": (stats_piece, (s.stats, draft_tokens, q, logits_t, n), 1),
+        "NaN scans": (nan_scan, (logits_t, q), 1),
+    }
+    if model_draft:
+        pieces["draft warp (per step)"] = (draft_warp, (logits_d,), gamma)
+        pieces["draft sample (per step)"] = (draft_sample, (warper.probs(logits_d),), gamma)
+    return pieces
+
+
+def overhead_breakdown(
+    decoder,
+    params: tuple,
+    prompts,
+    *,
+    context: int = 64,
+    steps: int = 32,
+    repeats: int = 7,
+    clock=time.perf_counter,
+) -> dict:
+    """One speculative iteration's cost: model calls, `ovh`, and its pieces (seconds).
+
+    The iteration and the model calls are timed round-robin (`timing.interleaved`), and `ovh`
+    is computed per round (I − T(γ+1) − γ·T_draft of the same round) before taking the median,
+    so drift and other processes' load hit all four alike.
+
+    Args:
+      decoder: a `SpeculativeDecoder` (a model draft or an n-gram table behind a ModelDrafter).
+      params: (target_params, draft_params).
+      prompts: the prompts the iterations continue (batch = len(prompts)).
+      context: cached tokens before the timed model calls (at most cache_len − γ − 1).
+      steps: iterations (or calls) per timed device loop.
+      repeats: timed rounds.
+      clock: wall time (default) or `time.process_time` (see `timing.time_call`).
+
+    Returns:
+      dict with "iteration", "t_verify" (T_target(γ+1)), "t_target_1", "t_draft" (one draft
+      step, 0 for a draft without calls), "calls" (T(γ+1) + γ·T_draft), "ovh" (iteration −
+      calls, median over rounds), "ovh_share" (ovh / T_target(1), median over rounds), "cv"
+      (coefficient of variation of T_target(1) over rounds), "ar_iteration" (the
+      autoregressive decoder's iteration with the same target and warper), "ar_ratio" (that over
+      T_target(1), median over rounds) and "pieces": name -> seconds per
+      iteration (piece cost × times it runs).
+    """
+    target_params, draft_params = params
+    gamma, batch, cache_len = decoder.gamma, len(prompts), decoder.cache_len
+    draft = decoder.drafter.model
+    model_draft = hasattr(draft, "apply") and draft is not decoder.drafter
+    budget = decoder.tokens_per_step
+    tokens, lengths = loop.prepare(decoder, prompts, budget)
+    params = loop.check_decoder_params(decoder, tuple(params))
+    s = loop.init_jit(decoder, params, tokens, lengths, jax.random.PRNGKey(0), budget, -1)
+    context = min(context, cache_len - gamma - 1)  # the verification must fit behind it
+    t_state = prefilled_state(decoder.target, target_params, batch, context, cache_len)
+
+    def calls_of(model, model_params, state, k):
+        toks = jnp.zeros((batch, k), jnp.int32)
+        return lambda: _repeat_calls(model, model_params, state, toks, steps)
+
+    ar = AutoregressiveDecoder(decoder.target, decoder.warper, cache_len=cache_len)
+    ar_tokens, ar_lengths = loop.prepare(ar, prompts, 1)
+    s_ar = loop.init_jit(ar, (target_params,), ar_tokens, ar_lengths, jax.random.PRNGKey(0), 1, -1)
+    calls = {
+        "iteration": lambda: _repeat_steps(decoder, params, s, steps),
+        "ar_iteration": lambda: _repeat_steps(ar, (target_params,), s_ar, steps),
+        "t_target_1": calls_of(decoder.target, target_params, t_state, 1),
+        "t_verify": calls_of(decoder.target, target_params, t_state, gamma + 1),
+    }
+    if model_draft:
+        d_state = prefilled_state(draft, draft_params, batch, context, cache_len)
+        calls["t_draft"] = calls_of(draft, draft_params, d_state, 1)
+    timed = interleaved(calls, repeats=repeats, clock=clock)
+    per = {n: np.asarray(t.samples) / steps for n, t in timed.items()}  # [repeats] each
+    t_draft = per.get("t_draft", np.zeros(repeats))
+    ovh = per["iteration"] - per["t_verify"] - gamma * t_draft  # [repeats]
+    med = {n: float(np.median(v)) for n, v in per.items()}
+    pieces = {
+        name: times * piece_cost(piece, args, repeats=repeats, clock=clock)
+        for name, (piece, args, times) in _pieces(decoder, s, model_draft).items()
+    }
+    return {
+        "iteration": med["iteration"],
+        "t_verify": med["t_verify"],
+        "t_target_1": med["t_target_1"],
+        "t_draft": med.get("t_draft", 0.0),
+        "calls": med["t_verify"] + gamma * med.get("t_draft", 0.0),
+        "ovh": float(np.median(ovh)),
+        "ovh_share": float(np.median(ovh / per["t_target_1"])),
+        "cv": coefficient_of_variation(per["t_target_1"]),
+        "ar_iteration": med["ar_iteration"],
+        "ar_ratio": float(np.median(per["ar_iteration"] / per["t_target_1"])),
+        "pieces": pieces,
+    }
