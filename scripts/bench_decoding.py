@@ -633,9 +633,21 @@ def speed_summary() -> dict:
                 flush=True,
             )
         else:
-            ratio = scaling(target, tp, cache_lens=lens)
-            print(f"cache_len scaling ratio {lens}: {ratio}", flush=True)
-            out["cache_len_scaling"] = ratio
+            # The target's shape; its own weights only if its position table covers the
+            # largest buffer (a learned table caps cache_len), else random weights of that shape.
+            cfg = target.config
+            fits = cfg.positions != "learned" or cfg.max_len >= max(lens)
+            if not fits:
+                cfg = cfg.replace(max_len=max(lens))
+            scaled = scaling(cfg, cache_lens=lens, params=tp if fits else None)
+            ratio = scaled["cpu"]["ratio"]
+            print(
+                f"cache_len scaling ratio (ms/token at {max(lens)} / at {min(lens)}, CPU time"
+                f"{'' if fits else ', random weights of the target shape'}): "
+                + ", ".join(f"{impl} {r:.2f}x" for impl, r in ratio.items()),
+                flush=True,
+            )
+            out["cache_len_scaling"] = scaled
     return out
 
 
