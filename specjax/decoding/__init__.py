@@ -20,7 +20,8 @@ The seams (see each module's docstring):
     measured acceptance-by-rank vector (`optimal_tree`, `expected_accepted`).
   * `gamma_policy.py`, `adaptive_drafter.py`: adaptive γ (`SpeculativeDecoder(...,
     gamma_policy=HeuristicGamma())`): per-row draft lengths chosen by a policy, drafted in a
-    loop that stops once every row has stopped.
+    loop that stops once every row has stopped; `verify_width.py`: verification only as wide
+    as the longest drafted row (`verify_widths="auto"`).
   * `hierarchical.py`: hierarchical speculation: `SpeculativeDrafter(SpeculativeDecoder(middle,
     small, ...))` is the draft of another decoder (target <- middle <- small, any depth); the
     draft params are then the inner decoder's params as a tuple, (middle_params, small_params).
