@@ -9,15 +9,18 @@ test_the_kit_flags_lossy_rules' lenience = 1 run makes 16 checks at 1e-6: <= 2.2
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from specjax import testing
-from specjax.decoding import lossy
+from specjax.decoding import LossyRuleWarning, SpeculativeDecoder, lossy, make_warper
 from specjax.decoding.acceptance import speculative_accept
 from specjax.decoding.rules import BoundRule, accept_rule, is_lossless
+from specjax.models import TransformerConfig, TransformerLM
 
 
 def test_rules_by_name_and_bad_arguments():
@@ -213,3 +216,18 @@ def test_greedy_decoder_with_a_lossy_rule_equals_autoregressive(spec):
         target_params(), draft_params, list(PROMPTS), jax.random.key(1), MAX_NEW
     )
     assert as_lists(result) == as_lists(reference)
+
+
+def test_a_decoder_built_with_a_lossy_rule_says_so():
+    model = TransformerLM(
+        TransformerConfig.llama(16, num_layers=1, embed_dim=16, num_heads=2, mlp_dim=32)
+    )
+    warper = make_warper(1.0)
+    for spec in ("lenient:0.5", "typical:0.09,0.3"):
+        with pytest.warns(LossyRuleWarning, match="lossy rule"):
+            decoder = SpeculativeDecoder(model, model, 2, warper, accept=accept_rule(spec))
+        assert decoder.lossless is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LossyRuleWarning)
+        for spec in ("tokenwise", "block", "lenient:1"):
+            assert SpeculativeDecoder(model, model, 2, warper, accept=accept_rule(spec)).lossless

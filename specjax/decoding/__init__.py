@@ -65,7 +65,7 @@ from specjax.decoding.sampling import (
     sample_from_probs,
 )
 from specjax.decoding.sharded import ShardedDecoder
-from specjax.decoding.speculative import SpeculativeDecoder
+from specjax.decoding.speculative import LossyRuleWarning, SpeculativeDecoder
 from specjax.decoding.speculative_beam import SpeculativeBeamDecoder
 from specjax.decoding.state import DecodeStats, GenerationResult, Sequences
 from specjax.decoding.stats import summarize_stats
@@ -97,6 +97,7 @@ __all__ = [
     "Greedy",
     "LookupDrafter",
     "LookupTreeDrafter",
+    "LossyRuleWarning",
     "LoopState",
     "ModelDrafter",
     "Proposal",

@@ -21,6 +21,7 @@ shared with every decoder; this file is the step.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +29,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specjax.decoding import loop
+from specjax.decoding import loop, rules
 from specjax.decoding.acceptance import speculative_accept
 from specjax.decoding.adaptive_drafter import AdaptiveDrafter, check_policy
 from specjax.decoding.drafters import Drafter, ModelDrafter, Verdict, is_drafter
@@ -38,6 +39,11 @@ from specjax.decoding.state import GenerationResult, emit, last_tokens
 from specjax.decoding.verify_width import check_widths, score_to_longest
 from specjax.models.interface import check_pair, check_vocab
 from specjax.models.kv_cache import rollback
+
+
+class LossyRuleWarning(UserWarning):
+    """A decoder was built with an acceptance rule marked lossy (lenient, typical)."""
+
 
 # The loop state's name before every decoder shared one (kept importable).
 SpecLoopState = LoopState
@@ -284,8 +290,22 @@ class SpeculativeDecoder(SpeculativeSteps):
             )
         if not callable(self.accept):
             raise TypeError(f"accept must be an acceptance rule (a function); got {self.accept!r}")
+        if not self.lossless:
+            warnings.warn(
+                f"accept={getattr(self.accept, '__name__', self.accept)} is a lossy rule: this "
+                "decoder's output does not follow the target's distribution (its shift from p is "
+                "measured in experiments/lossy)",
+                LossyRuleWarning,
+                stacklevel=3,
+            )
         _ = self.widths  # validates verify_widths
         loop.resolve_cache_len(self)
+
+    @property
+    def lossless(self) -> bool:
+        """False when `accept` is marked lossy (`rules.is_lossless`); True otherwise (an unmarked
+        user rule is taken at its word: check it with `specjax.testing`)."""
+        return rules.is_lossless(self.accept) is not False
 
     @property
     def widths(self) -> tuple[int, ...]:
