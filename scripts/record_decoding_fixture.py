@@ -1,11 +1,9 @@
 """Records what every decoder generates for fixed keys, as a bit-identity fixture.
 
 The output `tests/data/decoding_fixture.json` was written by this script at commit 7a9733c,
-before the decoding core was restructured (issue #13), and re-recorded when sampling became
-inverse-CDF (issue #20: sampled cases changed, the greedy ones stayed identical);
-`tests/test_decoding_fixture.py` checks that today's decoders still produce exactly those
-tokens and statistics. Re-record only when a change is *meant* to alter outputs (say so in the
-commit):
+before the decoding core was restructured (issue #13); `tests/test_decoding_fixture.py` checks
+that today's decoders still produce exactly those tokens and statistics. Re-record only when a
+change is *meant* to alter outputs (say so in the commit):
 
     python scripts/record_decoding_fixture.py --out=tests/data/decoding_fixture.json
 

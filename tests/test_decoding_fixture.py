@@ -2,9 +2,7 @@
 
 `tests/data/decoding_fixture.json` holds, per case, the tokens and counters that
 `scripts/record_decoding_fixture.py` recorded with the code *before* the decoding core was split
-into drafters, acceptance rules and one loop driver (issue #13); the sampled cases were
-re-recorded when `sample_from_probs` became inverse-CDF sampling (issue #20), the greedy ones
-did not change. Same key, same prompts, same
+into drafters, acceptance rules and one loop driver (issue #13). Same key, same prompts, same
 public API: any change in how keys are derived, in the order of random draws, or in the
 acceptance arithmetic shows up here as a different token. The cases cover autoregressive and
 speculative decoding, greedy / sampled / top-k+top-p warpers, transformer, bigram, uniform and
