@@ -209,8 +209,9 @@ def test_models_equal_xla_prefill_then_verify(family, dtype):
 def test_config_validates_attention_fields():
     with pytest.raises(ValueError, match="attention"):
         TransformerConfig(vocab_size=8, attention="flash")
-    with pytest.raises(ValueError, match="attention_block"):
-        TransformerConfig(vocab_size=8, attention_block=0)
+    for bad in (0, True, 2.0):
+        with pytest.raises(ValueError, match="attention_block"):
+            TransformerConfig(vocab_size=8, attention_block=bad)
     with pytest.raises(ValueError, match="attention"):
         ak.resolve("pallas")
 

@@ -22,7 +22,8 @@ from decoding_setup import (
 
 from specjax.decoding import loop
 from specjax.decoding.hierarchical import SpeculativeDrafter
-from specjax.decoding.speculative import SpeculativeDecoder
+from specjax.decoding.rules import accept_rule
+from specjax.decoding.speculative import LossyRuleWarning, SpeculativeDecoder
 from specjax.models import NgramLM, TransformerConfig, TransformerLM
 
 OUTER_GAMMA = 3
@@ -117,6 +118,14 @@ def test_eos_and_no_recompilation(results, ar_tokens):
     assert len(as_lists(result)[0]) == 6
 
 
+def _lossy_level():
+    """A middle level whose output is not the middle model's law (lenient acceptance)."""
+    with pytest.warns(LossyRuleWarning):
+        return SpeculativeDecoder(
+            SMALL_DRAFT, NgramLM(V, 2), 2, GREEDY, CACHE_LEN, accept=accept_rule("lenient:0.5")
+        )
+
+
 OTHER_VOCAB = TransformerLM(
     TransformerConfig.llama(V + 1, num_layers=1, embed_dim=16, num_heads=2, mlp_dim=32, max_len=64)
 )
@@ -130,8 +139,16 @@ OTHER_VOCAB = TransformerLM(
         (lambda: _level(TARGET, _level(SMALL_DRAFT, NgramLM(V, 2), 0), 3), ValueError, "gamma"),
         (lambda: _level(TARGET, _level(SMALL_DRAFT, NgramLM(V, 2), 2), 0), ValueError, "gamma"),
         (lambda: SpeculativeDrafter(SMALL_DRAFT), TypeError, "inner"),
+        (lambda: SpeculativeDrafter(_lossy_level()), ValueError, "inner uses a lossy"),
     ],
-    ids=["small-vs-middle", "middle-vs-target", "inner-gamma", "outer-gamma", "not-a-decoder"],
+    ids=[
+        "small-vs-middle",
+        "middle-vs-target",
+        "inner-gamma",
+        "outer-gamma",
+        "not-a-decoder",
+        "lossy-inner",
+    ],
 )
 def test_bad_arguments_raise_naming_the_argument(build, error, match):
     with pytest.raises(error, match=match):

@@ -107,6 +107,10 @@ def test_bad_gamma(gamma):
 def test_bad_tree():
     with pytest.raises(ValueError, match="tree"):
         SpeculativeBeamDecoder(TARGET, TARGET, 2, 2, tree=(2, 1))
+    tree = TokenTree.parse("2,2")  # 6 drafted nodes
+    with pytest.raises(ValueError, match="gamma=2 contradicts tree"):
+        SpeculativeBeamDecoder(TARGET, TARGET, 2, 2, tree=tree)
+    assert SpeculativeBeamDecoder(TARGET, TARGET, num_beams=2, tree=tree).gamma == 6
 
 
 def test_bad_pair():

@@ -62,7 +62,7 @@ def test_the_narrowest_width_covering_every_active_row_is_scored(
 
 def test_widths_are_validated_naming_the_argument():
     assert check_widths([3, 1, 3], 3) == (1, 3)
-    for bad in ([], [1, 2], [0, 3], ["a"]):
+    for bad in ([], [1, 2], [0, 3], ["a"], [1.7, 3], [True, 3], 3):
         with pytest.raises(ValueError, match="verify_widths"):
             check_widths(bad, 3)
     draft, _ = drafts()["noisy_self"]

@@ -112,6 +112,12 @@ class SpeculativeDrafter:
             raise ValueError(
                 f"inner must be a chain SpeculativeDecoder, not a token tree; got {self.inner!r}"
             )
+        if getattr(self.inner, "lossless", True) is False:
+            raise ValueError(
+                "inner uses a lossy acceptance rule: its output does not follow the middle "
+                "model, so the middle model's distribution is not the law of the drafts (q) and "
+                "the outer decoder would be biased; build inner with a lossless rule"
+            )
 
     @property
     def vocab_size(self) -> int:

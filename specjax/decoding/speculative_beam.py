@@ -110,7 +110,13 @@ class SpeculativeBeamDecoder(BeamSteps):
         if self.tree is not None:
             if not isinstance(self.tree, TokenTree) or self.tree.max_depth < 1:
                 raise ValueError(f"tree must be a TokenTree below its root; got {self.tree!r}")
-            object.__setattr__(self, "gamma", self.tree.num_nodes - 1)
+            nodes = self.tree.num_nodes - 1
+            if self.gamma not in (nodes, type(self).gamma):  # left at its default: follows tree
+                raise ValueError(
+                    f"gamma={self.gamma!r} contradicts tree (its {nodes} drafted nodes); with a "
+                    "tree, leave gamma unset"
+                )
+            object.__setattr__(self, "gamma", nodes)
         if isinstance(self.gamma, bool) or not isinstance(self.gamma, int) or self.gamma < 1:
             raise ValueError(f"gamma must be an integer >= 1; got {self.gamma!r}")
         check_vocab(self.target, self.draft)

@@ -21,14 +21,18 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def check_widths(widths: Sequence[int], gamma_max: int) -> tuple[int, ...]:
     """`widths` as a sorted tuple ending at gamma_max; ValueError naming `verify_widths`."""
     try:
-        out = tuple(sorted({int(w) for w in widths}))
-    except (TypeError, ValueError):
+        items = list(widths)
+    except TypeError:
         raise ValueError(f"verify_widths must be integers, got {widths!r}") from None
+    if any(isinstance(w, bool) or not isinstance(w, int | np.integer) for w in items):
+        raise ValueError(f"verify_widths must be integers, got {widths!r}")
+    out = tuple(sorted({int(w) for w in items}))
     if not out or out[0] < 1 or out[-1] != gamma_max:
         raise ValueError(
             f"verify_widths must be integers in [1, gamma_max={gamma_max}] that include "

@@ -131,11 +131,13 @@ def blockwise_attention(q, cache_k, cache_v, mask, lengths, *, block: int = 128)
 
 
 def dot_product_attention(q, cache_k, cache_v, mask, lengths=None):
-    """`jax.nn.dot_product_attention` with our mask as its boolean mask (cuDNN on GPU when the
-    shapes and dtype allow it, XLA otherwise)."""
+    """`jax.nn.dot_product_attention` with our mask as its boolean mask (JAX picks the kernel:
+    cuDNN's on GPU where it applies, XLA otherwise)."""
     del lengths
     batch, t, kv, group, hd = q.shape
-    implementation = "cudnn" if _cudnn_fits(q) else None
+    # None: JAX picks (its cuDNN kernel on GPU where it applies, else XLA), so an untested
+    # shape or dtype falls back instead of failing.
+    implementation = None
     out = jax.nn.dot_product_attention(
         q.reshape(batch, t, kv * group, hd),  # heads ordered (kv_head, group), as jax groups them
         cache_k.astype(q.dtype),
@@ -145,16 +147,6 @@ def dot_product_attention(q, cache_k, cache_v, mask, lengths=None):
         implementation=implementation,
     )  # [batch, T, heads, head_dim]
     return out.reshape(batch, t, kv, group, hd)
-
-
-def _cudnn_fits(q) -> bool:
-    """cuDNN's fused kernel: GPU, half precision, head_dim a multiple of 8 up to 128."""
-    return (
-        jax.default_backend() == "gpu"
-        and q.dtype in (jnp.bfloat16, jnp.float16)
-        and q.shape[-1] % 8 == 0
-        and q.shape[-1] <= 128
-    )
 
 
 def attend(name: str, q, cache_k, cache_v, mask, lengths, *, block: int = 128):

@@ -124,7 +124,11 @@ class TransformerConfig:
                 raise ValueError(
                     f"TransformerConfig.{name} must be one of {allowed}, got {value!r}"
                 )
-        if not isinstance(self.attention_block, int) or self.attention_block < 1:
+        if (
+            isinstance(self.attention_block, bool)
+            or not isinstance(self.attention_block, int)
+            or self.attention_block < 1
+        ):
             raise ValueError(
                 f"TransformerConfig.attention_block must be an integer >= 1, "
                 f"got {self.attention_block!r}"
