@@ -61,18 +61,23 @@ SETTINGS = (
 )
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("workdir", "runs/lossy", "output directory")
-flags.DEFINE_string("corpus", "python", "corpus of the cached mini pair")
-flags.DEFINE_integer("gamma", 4, "drafted tokens per call")
-flags.DEFINE_float("temperature", 1.0, "sampling temperature of both models")
-flags.DEFINE_integer("prefixes", 512, "validation prefixes for the first-token TV")
-flags.DEFINE_integer("prompt_len", 32, "prompt / prefix length (bytes)")
-flags.DEFINE_integer("timing_prompts", 3, "prompts timed at batch 1")
-flags.DEFINE_integer("stat_prompts", 64, "rows of the batched tokens-per-call run")
-flags.DEFINE_integer("max_new_tokens", 128, "tokens per row")
-flags.DEFINE_integer("repeats", 3, "timed rounds")
-flags.DEFINE_integer("seed", 0, "seed")
-flags.DEFINE_string("from_json", "", "write the table and plots from this results.json only")
+
+
+def define_flags() -> None:
+    """The script's flags, defined only when it runs as a script (importing this module from
+    another absl program, e.g. experiments.main in the same test process, must not clash)."""
+    flags.DEFINE_string("workdir", "runs/lossy", "output directory")
+    flags.DEFINE_string("corpus", "python", "corpus of the cached mini pair")
+    flags.DEFINE_integer("gamma", 4, "drafted tokens per call")
+    flags.DEFINE_float("temperature", 1.0, "sampling temperature of both models")
+    flags.DEFINE_integer("prefixes", 512, "validation prefixes for the first-token TV")
+    flags.DEFINE_integer("prompt_len", 32, "prompt / prefix length (bytes)")
+    flags.DEFINE_integer("timing_prompts", 3, "prompts timed at batch 1")
+    flags.DEFINE_integer("stat_prompts", 64, "rows of the batched tokens-per-call run")
+    flags.DEFINE_integer("max_new_tokens", 128, "tokens per row")
+    flags.DEFINE_integer("repeats", 3, "timed rounds")
+    flags.DEFINE_integer("seed", 0, "seed")
+    flags.DEFINE_string("from_json", "", "write the table and plots from this results.json only")
 
 
 def _cached(prefix: str) -> str:
@@ -243,4 +248,5 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)
