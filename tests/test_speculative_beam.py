@@ -39,7 +39,13 @@ def speculative(draft, gamma, num_beams, length_penalty, eos_id, max_new=MAX_NEW
     model, params = drafts()[draft]
     tree = TokenTree.from_branching(gamma) if isinstance(gamma, tuple) else None
     dec = SpeculativeBeamDecoder(
-        TARGET, model, 1 if tree else gamma, num_beams, length_penalty, tree, cache_len=CACHE_LEN
+        TARGET,
+        model,
+        tree.num_nodes - 1 if tree else gamma,
+        num_beams,
+        length_penalty,
+        tree,
+        cache_len=CACHE_LEN,
     )
     return dec.generate(target_params(), params, PROMPTS, max_new_tokens=max_new, eos_id=eos_id)
 

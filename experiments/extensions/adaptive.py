@@ -49,13 +49,17 @@ def config(tiny: bool = False) -> ml_collections.ConfigDict:
     c.temperatures = (1.0,) if tiny else (0.0, 1.0)
     c.gammas = (1, 2) if tiny else (1, 2, 3, 4, 5, 6)
     c.policies = (
-        "heuristic",
-        "confidence:0.4",
-        "theory",
-        "theory+auto",
-        "theory_loop",
-        "fixed_via_adaptive",
-        "fixed_via_adaptive+auto",
+        ("heuristic", "theory_loop", "fixed_via_adaptive", "fixed_via_adaptive+auto")
+        if tiny
+        else (
+            "heuristic",
+            "confidence:0.4",
+            "theory",
+            "theory+auto",
+            "theory_loop",
+            "fixed_via_adaptive",
+            "fixed_via_adaptive+auto",
+        )
     )
     c.prompts = 1 if tiny else 4
     c.prompt_len = 16 if tiny else 64
