@@ -29,7 +29,6 @@ numbers: experiments/lossy/RESULTS.md.
 from __future__ import annotations
 
 import functools
-import glob
 import json
 import os
 import time
@@ -39,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
+from experiments.extensions.models import model_path
 from specjax.benchmark.rule_compare import compare_rules
 from specjax.checkpoint import load_model
 from specjax.data import load_corpus
@@ -78,17 +78,6 @@ def define_flags() -> None:
     flags.DEFINE_integer("repeats", 3, "timed rounds")
     flags.DEFINE_integer("seed", 0, "seed")
     flags.DEFINE_string("from_json", "", "write the table and plots from this results.json only")
-
-
-def _cached(prefix: str) -> str:
-    root = os.path.join(os.environ.get("SPECJAX_CACHE", os.path.expanduser("~/.cache/specjax")))
-    found = sorted(glob.glob(os.path.join(root, "models", prefix + "-*")))
-    if not found:
-        raise FileNotFoundError(
-            f"no cached model {prefix}-* under {root}/models: run the leviathan2023:tiny "
-            "pipeline once (it trains and caches the mini pair)"
-        )
-    return found[0]
 
 
 def first_token_laws(model, params, prefixes, warper) -> np.ndarray:
@@ -190,8 +179,8 @@ def main(argv) -> None:
         return
     start = time.perf_counter()
     os.makedirs(FLAGS.workdir, exist_ok=True)
-    target_dir = _cached(f"mini_target-{FLAGS.corpus}")
-    draft_dir = _cached(f"mini_draft-distill_tv_ft-{FLAGS.corpus}")
+    target_dir = model_path("mini_target", FLAGS.corpus)
+    draft_dir = model_path("mini_draft_distilled", FLAGS.corpus, option="draft")
     target, tparams, _ = load_model(target_dir)
     draft, dparams, _ = load_model(draft_dir)
     warper = make_warper(FLAGS.temperature)
