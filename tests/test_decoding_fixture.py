@@ -7,19 +7,37 @@ public API: any change in how keys are derived, in the order of random draws, or
 acceptance arithmetic shows up here as a different token. The cases cover autoregressive and
 speculative decoding, greedy / sampled / top-k+top-p warpers, transformer, bigram, uniform and
 prompt-lookup drafts, GPT-2 and Llama (GQA) targets, on ragged prompts.
+
+The recording used `jax.random.categorical` (one Gumbel per vocabulary entry). Since issue #20
+`sample_from_probs` draws by blocks (same law, other random numbers), so this file runs the
+decoders with the one-level sampler, `block >= vocab`, which is `jax.random.categorical`'s
+arithmetic: the refactor check stays bit-exact, and the two-level sampler's law is tested by the
+chi-square suites (`tests/test_categorical.py` and every decoder's).
 """
 
 import json
 import os
 import sys
 
+import jax
 import pytest
+
+from specjax.decoding import categorical
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
 
 import record_decoding_fixture as fixture  # noqa: E402
 
 PATH = os.path.join(os.path.dirname(__file__), "data", "decoding_fixture.json")
+
+
+@pytest.fixture(autouse=True)
+def one_level_sampler(monkeypatch):
+    """Every draw is one Gumbel-max over the whole row, as when the fixture was recorded."""
+    monkeypatch.setattr(categorical, "default_block", lambda vocab: vocab)
+    jax.clear_caches()  # no program traced with the two-level sampler is reused here
+    yield
+    jax.clear_caches()  # and none traced here outlives the patch
 
 
 @pytest.fixture(scope="module")

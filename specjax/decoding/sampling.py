@@ -21,6 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.decoding.categorical import sample_from_probs  # re-exported: the shared sampler
+
 _NEG_INF = -jnp.inf
 
 
@@ -208,18 +210,3 @@ def make_warper(temperature: float = 1.0, top_k: int | None = None, top_p: float
     if top_p < 1:
         chain.append(TopP(float(top_p)))
     return Warper(tuple(chain))
-
-
-def sample_from_probs(key: jax.Array, probs: jax.Array) -> jax.Array:
-    """Samples categorical indices from (possibly unnormalised) non-negative weights.
-
-    Args:
-      key: a PRNG key.
-      probs: [..., vocab] non-negative weights; zero entries are never drawn.
-
-    Returns:
-      [...] int32 indices.
-    """
-    probs = probs.astype(jnp.float32)
-    log_w = jnp.where(probs > 0, jnp.log(jnp.where(probs > 0, probs, 1.0)), _NEG_INF)
-    return jax.random.categorical(key, log_w, axis=-1).astype(jnp.int32)
