@@ -25,7 +25,14 @@ import specjax  # noqa: E402
 specjax.configure_cpu()
 
 MODELS = os.path.expanduser("~/.cache/specjax/models")
-_TARGET = flags.DEFINE_enum("target", "mini", ["mini", "zoo_random"], "Target model.")
+_TARGET = flags.DEFINE_enum(
+    "target",
+    "mini",
+    ["mini", "zoo_random", "zoo_random_32k"],
+    "Target model: the trained mini target, or random weights of the zoo's shape at vocab 259 or "
+    "32000 (a 32k vocabulary as Llama-2's; its drafts are then a unigram table and a random draft "
+    "of the mini draft's shape: cost only, their alpha means nothing).",
+)
 _GAMMA = flags.DEFINE_integer("gamma", 4, "Drafted tokens per iteration.")
 _BATCH = flags.DEFINE_integer("batch", 1, "Rows.")
 _REPEATS = flags.DEFINE_integer("repeats", 7, "Timed loops per figure (medians).")
@@ -52,6 +59,20 @@ def load_pair():
     from specjax.models.ngram import NgramLM, fit_ngram
 
     draft, dparams, _ = load_model(f"{MODELS}/mini_draft-distill_tv_ft-python-0f7fdba813a9")
+    train = np.asarray(load_corpus("python", "train", ByteTokenizer()))[:2_000_000]
+    if _TARGET.value == "zoo_random_32k":
+        import dataclasses
+
+        from specjax.models.transformer import TransformerLM
+
+        vocab = 32000
+        fields = dict(num_layers=6, num_heads=6, embed_dim=384, mlp_dim=1536, max_len=256)
+        target, tparams = build.init_model(fields, vocab, jax.random.PRNGKey(0))
+        draft = TransformerLM(dataclasses.replace(draft.config, vocab_size=vocab))
+        dparams = build.init_params(draft, jax.random.PRNGKey(1))
+        unigram = NgramLM(vocab, 1), fit_ngram(train, vocab, 1)
+        what = "zoo-shaped target at vocab 32000 (random weights)"
+        return target, tparams, {"unigram": unigram, "random draft": (draft, dparams)}, what
     if _TARGET.value == "mini":
         target, tparams, _ = load_model(f"{MODELS}/mini_target-python-b1c5c50bde14")
         what = "mini target (0.86M, trained)"
@@ -59,7 +80,6 @@ def load_pair():
         fields = dict(num_layers=6, num_heads=6, embed_dim=384, mlp_dim=1536, max_len=256)
         target, tparams = build.init_model(fields, 259, jax.random.PRNGKey(0))
         what = "zoo-shaped target (d=384, 6 layers, random weights)"
-    train = np.asarray(load_corpus("python", "train", ByteTokenizer()))[:2_000_000]
     bigram = NgramLM(259, 2), fit_ngram(train, 259, 2)
     return target, tparams, {"bigram": bigram, "mini_draft distilled": (draft, dparams)}, what
 

@@ -67,3 +67,12 @@ def test_overhead_breakdown_is_the_iteration_minus_its_model_calls():
     assert b["t_draft"] > 0 and b["ar_ratio"] == pytest.approx(b["ar_iteration"] / b["t_target_1"])
     expected = {"target warp (γ+1 rows)", "acceptance rule", "draft sample (per step)"}
     assert expected <= set(b["pieces"]) and all(v > 0 for v in b["pieces"].values())
+
+
+def test_sampler_table_times_every_sampler_per_vocabulary():
+    from specjax.benchmark.sampler import sampler_table
+
+    rows = sampler_table((6, 300), draws=2, repeats=1)
+    assert [(r["vocab"], r["block"]) for r in rows] == [(6, 2), (300, 16)]
+    for r in rows:
+        assert all(r[k] > 0 for k in ("categorical", "two_level", "argmax", "first_argmax"))
