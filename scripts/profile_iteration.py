@@ -2,8 +2,11 @@
 
     PYTHONPATH=. python scripts/profile_iteration.py                       # mini pair, γ = 4
     PYTHONPATH=. python scripts/profile_iteration.py --target=zoo_random   # 10.8M random target
+    PYTHONPATH=. python scripts/profile_iteration.py --target=zoo_random --all_drafts
+    PYTHONPATH=. python scripts/profile_iteration.py --target=zoo_random_32k  # vocab 32000
 
-For a bigram draft and the distilled transformer draft at t = 0 and t = 1, prints the
+For a bigram draft and the distilled transformer draft (--all_drafts: also uniform and prompt
+lookup; at vocab 32000 a unigram and a random draft) at t = 0 and t = 1, prints the
 iteration cost I, T_target(1), T_target(γ+1), T_draft, `ovh` = I − T(γ+1) − γ·T_draft (ms and
 as a share of T_target(1)) and each piece of the iteration timed alone in a device loop
 (`specjax.benchmark.overhead`). Writes a markdown table with --markdown.
@@ -33,6 +36,9 @@ _TARGET = flags.DEFINE_enum(
     "32000 (a 32k vocabulary as Llama-2's; its drafts are then a unigram table and a random draft "
     "of the mini draft's shape: cost only, their alpha means nothing).",
 )
+_ALL_DRAFTS = flags.DEFINE_bool(
+    "all_drafts", False, "zoo_random: also the uniform and prompt-lookup drafts (every kind)."
+)
 _GAMMA = flags.DEFINE_integer("gamma", 4, "Drafted tokens per iteration.")
 _BATCH = flags.DEFINE_integer("batch", 1, "Rows.")
 _REPEATS = flags.DEFINE_integer("repeats", 7, "Timed loops per figure (medians).")
@@ -56,7 +62,8 @@ def load_pair():
     from specjax.data import load_corpus
     from specjax.data.tokenizer import ByteTokenizer
     from specjax.models import build
-    from specjax.models.ngram import NgramLM, fit_ngram
+    from specjax.models.ngram import NgramLM, UniformLM, fit_ngram
+    from specjax.models.prompt_lookup import PromptLookupLM
 
     draft, dparams, _ = load_model(f"{MODELS}/mini_draft-distill_tv_ft-python-0f7fdba813a9")
     train = np.asarray(load_corpus("python", "train", ByteTokenizer()))[:2_000_000]
@@ -80,6 +87,19 @@ def load_pair():
         fields = dict(num_layers=6, num_heads=6, embed_dim=384, mlp_dim=1536, max_len=256)
         target, tparams = build.init_model(fields, 259, jax.random.PRNGKey(0))
         what = "zoo-shaped target (d=384, 6 layers, random weights)"
+        if _ALL_DRAFTS.value:  # every draft kind: n-gram, transformer, uniform, prompt lookup
+            bigram = NgramLM(259, 2), fit_ngram(train, 259, 2)
+            return (
+                target,
+                tparams,
+                {
+                    "bigram": bigram,
+                    "mini_draft distilled": (draft, dparams),
+                    "uniform": (UniformLM(259), {}),
+                    "prompt lookup": (PromptLookupLM(259), {}),
+                },
+                what,
+            )
     bigram = NgramLM(259, 2), fit_ngram(train, 259, 2)
     return target, tparams, {"bigram": bigram, "mini_draft distilled": (draft, dparams)}, what
 

@@ -125,7 +125,11 @@ def blockwise_attention(q, cache_k, cache_v, mask, lengths, *, block: int = 128)
         jnp.zeros(stats, jnp.float32),
         jnp.zeros(stats + (hd,), jnp.float32),
     )
-    _, norm, acc = jax.lax.fori_loop(0, num_blocks, body, init)
+    # Block 0 is peeled out of the loop: every live row has slots there, and straight-line code
+    # with static slices costs less than a trip of the while loop (whose fixed cost is what is
+    # left of a long buffer's price: experiments/speed/ATTENTION.md). Masked slots add nothing,
+    # so peeling is exact whatever the lengths.
+    _, norm, acc = jax.lax.fori_loop(1, num_blocks, body, body(0, init))
     out = acc / jnp.where(norm > 0, norm, 1.0)[..., None]  # [batch, kv, group, T, head_dim]
     return out.transpose(0, 3, 1, 2, 4).astype(q.dtype)  # [batch, T, kv, group, head_dim]
 
