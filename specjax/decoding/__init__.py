@@ -30,7 +30,9 @@ The seams (see each module's docstring):
   * `beam.py`, `speculative_beam.py`: beam search (`BeamSearchDecoder`) and its speculative
     twin (`SpeculativeBeamDecoder`: the target's beam search replayed along drafted beam paths,
     same hypotheses and scores); both return a `BeamResult`.
-  * `sampling.py`: warpers (temperature, top-k, top-p), one shared by target and draft.
+  * `sampling.py`: warpers (temperature, top-k, top-p), one shared by target and draft;
+    `categorical.py`: `sample_from_probs`, the exact two-level Gumbel-max sampler every draw
+    uses (2 sqrt(V) Gumbels per row); `argmax.py`: `first_argmax`, a vectorised `jnp.argmax`.
 """
 
 from specjax.decoding.acceptance import residual_distribution, speculative_accept
