@@ -28,3 +28,9 @@ def test_minus_infinity_rows_and_large_vocabularies():
 def test_nan_counts_as_plus_infinity_and_stays_in_range():
     x = jnp.asarray([[0.0, jnp.nan, 3.0], [jnp.inf, jnp.nan, 1.0], [jnp.nan, jnp.nan, jnp.nan]])
     assert first_argmax(x).tolist() == [1, 0, 0]
+
+
+@pytest.mark.parametrize("axis", [2, -3])
+def test_out_of_range_axis_is_an_error(axis):
+    with pytest.raises(ValueError, match="axis"):
+        first_argmax(jnp.zeros((2, 3)), axis=axis)

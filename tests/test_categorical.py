@@ -18,7 +18,12 @@ import numpy as np
 import pytest
 
 from specjax.decoding import categorical
-from specjax.decoding.categorical import block_masses, default_block, sample_from_probs
+from specjax.decoding.categorical import (
+    block_masses,
+    default_block,
+    prepared_weights,
+    sample_from_probs,
+)
 from specjax.testing.stats import PVALUE_THRESHOLD, pooled_chi2
 
 VOCAB, BLOCK = 1000, 32  # 32 blocks; the last holds 8 entries and 24 zero-weight pads
@@ -74,7 +79,7 @@ def test_default_block_is_the_power_of_two_nearest_the_square_root():
         default_block(0)
 
 
-@pytest.mark.parametrize("block", [0, -3, 2.5, True, "8"])
+@pytest.mark.parametrize("block", [0, -3, 2.5, True, "8", np.float32(4)])
 def test_bad_block_is_rejected_by_name(block):
     with pytest.raises(ValueError, match="block"):
         sample_from_probs(jax.random.key(0), jnp.ones((2, 8)), block=block)
@@ -132,7 +137,8 @@ def test_a_flat_tail_far_below_the_leader_keeps_its_mass():
     # 4e-8. JAX's default ("low") Gumbels top out near 15.9, so one Gumbel-max over the row draws
     # this tail at about a fifth of its rate (E[e^-G; G < -1.1] = 4 e^-3; measured with the same
     # keys: 37 tail draws against 178 expected); the two-level sampler compares block masses (gap
-    # 12.8 nats) with "high" Gumbels and drew 188.
+    # 12.8 nats) and drew 188. The same tail inside the leader's block, where only the Gumbel
+    # mode decides, needs ~2^31 Gumbels to resolve: `scripts/check_sampler_tail.py` (90 s).
     vocab = 4096
     w = np.full((1, vocab), np.exp(-17.0), np.float32)
     w[0, 0] = 1.0
@@ -152,10 +158,27 @@ def test_default_block_law_on_small_vocabularies(vocab):
     assert pooled_chi2(counts[0], w[0].astype(np.float64)).pvalue > PVALUE_THRESHOLD
 
 
+def implied_tv(w: np.ndarray, block: int) -> float:
+    """TV distance of the sampler's exact law from w / Σ w, in float64 (no sampling).
+
+    The sampler draws block b with probability M_b / Σ M and entry i of it with w'_i / S_b, where
+    w' are its prepared float32 weights (`prepared_weights`), M_b the float32 block sums its
+    compiled program computes (`block_masses`, which it calls) and S_b the exact sums of w'.
+    """
+    vocab = w.shape[-1]
+    n_blocks = -(-vocab // block)
+    prepared = np.asarray(jax.jit(prepared_weights)(w), np.float64)
+    exact_sums = np.pad(prepared, (0, n_blocks * block - vocab)).reshape(n_blocks, block).sum(-1)
+    float32_sums = np.asarray(jax.jit(block_masses, static_argnums=1)(w, block), np.float64)
+    ratio = np.where(exact_sums > 0, float32_sums / np.where(exact_sums > 0, exact_sums, 1), 0)
+    implied = prepared * np.repeat(ratio, block)[:vocab] / float32_sums.sum()
+    w64 = w.astype(np.float64)
+    return 0.5 * np.abs(implied - w64 / w64.sum()).sum()
+
+
 @pytest.mark.parametrize("vocab", [259, 32000, 128256])
 def test_implied_law_is_within_float32_rounding_of_the_weights(vocab):
     rng = np.random.default_rng(vocab)
-    block = default_block(vocab)
     zipf = 1.0 / np.arange(1, vocab + 1) ** 1.1
     rng.shuffle(zipf)
     for w in (
@@ -163,13 +186,26 @@ def test_implied_law_is_within_float32_rounding_of_the_weights(vocab):
         np.asarray(jax.nn.softmax(jnp.asarray(8.0 * rng.normal(size=vocab), jnp.float32))),
         zipf.astype(np.float32),
     ):
-        w64 = w.astype(np.float64)
-        n_blocks = -(-vocab // block)
-        exact_sums = np.pad(w64, (0, n_blocks * block - vocab)).reshape(n_blocks, block).sum(-1)
-        float32_sums = np.asarray(jax.jit(block_masses, static_argnums=1)(w, block), np.float64)
-        implied = w64 * np.repeat(float32_sums / exact_sums, block)[:vocab] / float32_sums.sum()
-        tv = 0.5 * np.abs(implied - w64 / w64.sum()).sum()
-        assert tv < 1e-7, tv
+        assert implied_tv(w, default_block(vocab)) < 1e-7
+
+
+def test_huge_unnormalised_weights_do_not_overflow_the_block_sums():
+    # Three weights near float32's maximum (due 2:2:3); unscaled, block 0's sum would be inf and
+    # always win. 2^14 draws, chi-square at 1e-6 (counted in the module's false-failure bound).
+    w = np.zeros((1, 1024), np.float32)
+    w[0, [0, 1, 100]] = [2e38, 2e38, 3e38]
+    counts = _counts(lambda k, x: sample_from_probs(k, x), w, draws=1 << 14, seed=9)[0]
+    observed = counts[[0, 1, 100]]
+    assert observed.sum() == 1 << 14
+    assert pooled_chi2(observed, np.array([2.0, 2.0, 3.0])).pvalue > PVALUE_THRESHOLD, observed
+
+
+def test_negative_weights_count_as_zero():
+    w = jnp.asarray([[-1.0, 2.0, 0.0, 1.0]])
+    tokens = np.asarray(
+        jax.vmap(lambda k: sample_from_probs(k, w, 2))(jax.random.split(jax.random.key(4), 4096))
+    )
+    assert set(np.unique(tokens)) == {1, 3}
 
 
 def test_one_level_reference_is_jax_random_categorical():
@@ -184,6 +220,14 @@ def test_all_zero_row_gives_index_zero_and_shapes_are_kept():
     tokens = sample_from_probs(jax.random.key(0), w, block=8)
     assert tokens.shape == (2, 3) and tokens.dtype == jnp.int32
     assert int(tokens[0, 0]) == 0 and int(tokens[1, 2]) == 37
+
+
+def test_numpy_integer_blocks_are_accepted():
+    w = jnp.ones((2, 40))
+    key = jax.random.key(2)
+    np.testing.assert_array_equal(
+        sample_from_probs(key, w, np.int64(8)), sample_from_probs(key, w, 8)
+    )
 
 
 def test_one_compilation_across_keys_and_weights():

@@ -29,6 +29,8 @@ def first_argmax(x: jax.Array, axis: int = -1) -> jax.Array:
     Returns:
       int32 array of x's shape without `axis`.
     """
+    if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"axis {axis} is out of range for an array of shape {x.shape}")
     axis = axis % x.ndim
     if jnp.issubdtype(x.dtype, jnp.floating):
         x = jnp.where(jnp.isnan(x), jnp.inf, x)

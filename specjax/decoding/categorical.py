@@ -1,4 +1,4 @@
-"""Exact categorical sampling from non-negative weights with O(sqrt(V)) random numbers per row.
+"""Exact categorical sampling from non-negative weights with O(sqrt(V)) Gumbels per row.
 
 `jax.random.categorical` draws one Gumbel per vocabulary entry: V threefry words and two logs per
 draw, 0.69 ms at V = 32000 on our CPU, more than a 10M target's step for the five draws of a
@@ -11,36 +11,41 @@ draw, 0.69 ms at V = 32000 on our CPU, more than a 10M target's step for the fiv
 
 So P(i) = (M_b / Σ M) · (w_i / M_b) = w_i / Σ w: the same law, exactly, as one Gumbel-max over the
 whole vocabulary, for any partition into blocks; no cumulative sum, no uniform grid (the trap that
-sank the inverse-CDF sampler: see `experiments/speed/OVERHEAD.md`). In float32 the only
-difference is the rounding of the block sums M_b, a relative error of order sqrt(B)·2^-24 on a
-block's mass; `tests/test_categorical.py` computes the implied law in float64 at V = 259, 32000
-and 128256 and bounds its total-variation distance from w / Σ w: 2e-10 to 2.5e-8 measured, below
-the 1.6e-9 to 9.7e-8 of the float32 `log` that `jax.random.categorical` takes of every weight.
+sank the inverse-CDF sampler: see `experiments/speed/OVERHEAD.md`). In float32 it carries the
+errors one Gumbel-max carries (the float32 log of each weight and of each block sum, float32
+Gumbels) plus the rounding of the block sums M_b, a relative error of order sqrt(B)·2^-24 on a
+block's mass. `tests/test_categorical.py` computes the law the rounded block sums imply in float64
+at V = 259, 32000 and 128256: its total-variation distance from w / Σ w is 5e-9 to 3.2e-8
+(bound 1e-7), the same order as the 1.6e-9 to 9.7e-8 that the float32 `log` of every weight
+alone moves `jax.random.categorical`'s law.
 
 The Gumbels are JAX's "high" mode (`GUMBEL_MODE`). `jax.random.categorical`'s default "low"
 Gumbels stop at ~15.9, so an entry whose log-weight trails the row's leader by more than ~14
 nats is under-drawn (JAX documents "incorrect results for p < ~1e-7"); over a vocabulary's flat
-tail that is real mass. At 2 sqrt(V) Gumbels per row the exact tail is cheap.
+tail that is real mass (`scripts/check_sampler_tail.py`). With V/B + B Gumbels per row the two
+uniforms each "high" Gumbel takes are cheap.
 
-Cost per row: one reduction over V plus (V/B + B) Gumbels and logs, with B ≈ sqrt(V) (a power of
-two). Measured in-loop on one row (`scripts/bench_sampler.py`): 0.0081 → 0.0033 ms at V = 259,
-0.67 → 0.029 ms at 32000, 2.5 → 0.052 ms at 128256.
+Cost per row: one reduction over V plus V/B + B Gumbels and logs, with B ≈ sqrt(V) (a power of
+two). Measured in-loop on one row, CPU time (`scripts/bench_sampler.py`, README table):
+0.0076 → 0.0041 ms at V = 259, 0.75 → 0.013 ms at 32000, 2.6 → 0.040 ms at 128256.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 
 import jax
 import jax.numpy as jnp
 
 from specjax.decoding.argmax import first_argmax
 
-__all__ = ["GUMBEL_MODE", "block_masses", "default_block", "sample_from_probs"]
+__all__ = ["GUMBEL_MODE", "block_masses", "default_block", "prepared_weights", "sample_from_probs"]
 
 # JAX's "high" Gumbels take two uniforms each and reach ~32 instead of ~16, so events down to
 # ~1e-14 relative (not ~1e-7) keep their probability; with O(sqrt V) Gumbels per row the doubled
-# random bits cost 0.0036 -> 0.0048 ms at V = 259 and 0.018 -> 0.022 ms at 32000.
+# random bits cost 0.0036 -> 0.0048 ms at V = 259 and 0.018 -> 0.022 ms at 32000 (one
+# measurement with jnp.argmax, before `first_argmax`).
 GUMBEL_MODE = "high"
 
 
@@ -66,9 +71,23 @@ def _blocked(probs: jax.Array, block: int) -> jax.Array:
     return padded.reshape(probs.shape[:-1] + (n_blocks, block))
 
 
+def prepared_weights(probs: jax.Array) -> jax.Array:
+    """The float32 weights the sampler draws from: negatives clamped to 0, and a row whose
+    largest weight exceeds 1 scaled so that it is ~1, so no block sum overflows (unnormalised
+    weights near float32's maximum would make a block's mass inf). Rows of probabilities
+    (largest weight <= 1) are left bit-for-bit as they are; a row holding inf too (its first inf
+    entry is drawn, as with `jax.random.categorical`)."""
+    w = jnp.maximum(probs.astype(jnp.float32), 0.0)
+    top = jnp.max(w, axis=-1, keepdims=True)
+    # Two multiplications by 1/sqrt(top): 1/top itself is subnormal for top > 2^126, and XLA:CPU
+    # flushes subnormals (and may divide through the reciprocal) to zero.
+    half = jax.lax.rsqrt(jnp.where(jnp.isfinite(top) & (top > 1.0), top, 1.0))
+    return (w * half) * half
+
+
 def block_masses(probs: jax.Array, block: int) -> jax.Array:
     """The float32 block sums M_b the sampler draws its block from: [..., V] -> [..., n_blocks]."""
-    return _blocked(probs.astype(jnp.float32), block).sum(axis=-1)
+    return _blocked(prepared_weights(probs), block).sum(axis=-1)
 
 
 def sample_from_probs(key: jax.Array, probs: jax.Array, block: int | None = None) -> jax.Array:
@@ -89,13 +108,18 @@ def sample_from_probs(key: jax.Array, probs: jax.Array, block: int | None = None
     vocab = probs.shape[-1]
     if block is None:
         block = default_block(vocab)
-    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+    try:  # Python or NumPy integers; not bools, floats or strings
+        size = None if isinstance(block, bool) else operator.index(block)
+    except TypeError:
+        size = None
+    if size is None or size < 1:
         raise ValueError(f"block must be an integer >= 1 or None (got {block!r})")
-    probs = probs.astype(jnp.float32)
+    block = size
     if block >= vocab:  # the one-level reference: exactly jax.random.categorical's draw
-        return jax.random.categorical(key, _log_weights(probs), axis=-1).astype(jnp.int32)
-    w = _blocked(probs, block)  # [..., n_blocks, block]
-    mass = w.sum(axis=-1)  # [..., n_blocks]
+        log_w = _log_weights(jnp.maximum(probs.astype(jnp.float32), 0.0))
+        return jax.random.categorical(key, log_w, axis=-1).astype(jnp.int32)
+    w = _blocked(prepared_weights(probs), block)  # [..., n_blocks, block]
+    mass = block_masses(probs, block)  # [..., n_blocks]: w's block sums (XLA computes them once)
     key_block, key_entry = jax.random.split(key)
     g_block = jax.random.gumbel(key_block, mass.shape, jnp.float32, mode=GUMBEL_MODE)
     b = first_argmax(_log_weights(mass) + g_block)  # [...]

@@ -40,6 +40,7 @@ import numpy as np
 
 from specjax import checks
 from specjax.decoding.acceptance import _normalise, residual_distribution
+from specjax.decoding.categorical import GUMBEL_MODE
 from specjax.decoding.sampling import sample_from_probs
 
 # A key below every key of a token inside supp q (log q >= -104 in float32, Gumbel noise in
@@ -386,7 +387,9 @@ def draw_children(key, probs, num, *, replacement: bool):
         keys = jax.random.split(key, num)
         draws = [sample_from_probs(k, probs) for k in keys]
         return jnp.stack(draws, axis=-1).astype(jnp.int32)
-    gumbel = jax.random.gumbel(key, probs.shape, jnp.float32)
+    # "high" Gumbels, as `sample_from_probs` draws: the default "low" ones under-draw children
+    # ~14 nats or more below the leader (see specjax/decoding/categorical.py).
+    gumbel = jax.random.gumbel(key, probs.shape, jnp.float32, mode=GUMBEL_MODE)
     inside = probs > 0
     log_q = jnp.log(jnp.where(inside, probs, 1.0))
     race = jnp.where(inside, log_q + gumbel, _OUTSIDE_SUPPORT + gumbel)
