@@ -29,7 +29,6 @@ MAX_LEN = 70  # not a multiple of any block size below
 
 OTHERS = {
     "blockwise": lambda *a: ak.blockwise_attention(*a, block=16),
-    "prefix": lambda *a: ak.prefix_attention(*a, block=8),  # prefixes 16, 32, 64, 70
     "dot_product_attention": ak.dot_product_attention,
 }
 
@@ -159,36 +158,6 @@ def test_blockwise_trip_count_is_traced():
     assert len(traces) == 1
 
 
-def test_prefix_picks_the_shortest_prefix_holding_every_row_in_one_program():
-    assert ak.prefix_sizes(4096, 128) == (256, 512, 1024, 2048, 4096)
-    assert ak.prefix_sizes(256, 128) == (256,) and ak.prefix_sizes(300, 128) == (256, 300)
-    traces = []
-
-    @jax.jit
-    def run(q, k, v, mask, lengths):
-        traces.append(1)
-        return ak.prefix_attention(q, k, v, mask, lengths, block=8)
-
-    for starts in ([3, 9], [14, 2], [40, 2], [66, 0]):  # prefixes 16, 16, 64, 70
-        q, k, v, mask, lengths = _inputs(starts, 2, 2, 2)
-        # NaN past the chosen prefix: a branch that read beyond it would show.
-        size = next(n for n in ak.prefix_sizes(MAX_LEN, 8) if n >= int(lengths.max()))
-        k_nan, v_nan = (x.at[:, size:].set(jnp.nan) for x in (k, v))
-        out = run(q, k_nan, v_nan, mask, lengths)
-        np.testing.assert_allclose(out, ak.xla_attention(q, k, v, mask), atol=KERNEL_TOL, rtol=0)
-    assert len(traces) == 1
-
-
-def test_prefix_is_differentiable_through_its_switch():
-    q, k, v, mask, lengths = _inputs([20, 3], 4, 2, 2)  # prefix 32 of 70: a switch branch
-    grads = [
-        jax.grad(lambda q, fn=fn: (fn(q, k, v, mask, lengths) ** 2).sum())(q)
-        for fn in (OTHERS["prefix"], ak.xla_attention)
-    ]
-    np.testing.assert_allclose(grads[0], grads[1], atol=KERNEL_TOL, rtol=0)
-    assert np.abs(np.asarray(grads[1])).max() > 0
-
-
 def _lm(family, attention, dtype="float32"):
     make = TransformerConfig.gpt2 if family == "gpt2" else TransformerConfig.llama
     kv = {"gpt2": 4, "llama": 2}[family]  # Llama: grouped-query attention
@@ -231,8 +200,7 @@ def test_models_equal_xla_prefill_then_verify(family, dtype):
     tol = LOGITS_TOL if dtype == "float32" else BF16_TOL
     ref = _model_outputs(family, "xla", dtype)
     # dot_product_attention at model level once (its kernel is checked on every case above).
-    names = ("blockwise", "prefix")
-    names += ("dot_product_attention",) if family == "gpt2" else ()
+    names = ("blockwise", "dot_product_attention") if family == "gpt2" else ("blockwise",)
     for name in names:
         for got, want in zip(_model_outputs(family, name, dtype), ref, strict=True):
             np.testing.assert_allclose(got, want, atol=tol, rtol=0, err_msg=name)

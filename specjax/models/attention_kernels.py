@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-IMPLEMENTATIONS = ("auto", "xla", "blockwise", "prefix", "dot_product_attention")
+IMPLEMENTATIONS = ("auto", "xla", "blockwise", "dot_product_attention")
 
 
 def resolve(name: str, backend: str | None = None) -> str:
@@ -125,47 +125,13 @@ def blockwise_attention(q, cache_k, cache_v, mask, lengths, *, block: int = 128)
         jnp.zeros(stats, jnp.float32),
         jnp.zeros(stats + (hd,), jnp.float32),
     )
-    # Block 0 is peeled out of the loop: every live row has slots there (lengths = starts + T
-    # >= 1, and the mask shows nothing at or past a row's length), and straight-line code
+    # Block 0 is peeled out of the loop: every live row has slots there, and straight-line code
     # with static slices costs less than a trip of the while loop (whose fixed cost is what is
     # left of a long buffer's price: experiments/speed/ATTENTION.md). Masked slots add nothing,
     # so peeling is exact whatever the lengths.
     _, norm, acc = jax.lax.fori_loop(1, num_blocks, body, body(0, init))
     out = acc / jnp.where(norm > 0, norm, 1.0)[..., None]  # [batch, kv, group, T, head_dim]
     return out.transpose(0, 3, 1, 2, 4).astype(q.dtype)  # [batch, T, kv, group, head_dim]
-
-
-def prefix_sizes(max_len: int, block: int) -> tuple[int, ...]:
-    """The static prefix lengths "prefix" attention picks from: 2·block, doubling, up to max_len."""
-    sizes, size = [], 2 * block
-    while size < max_len:
-        sizes.append(size)
-        size *= 2
-    return tuple(sizes) + (max_len,)
-
-
-def prefix_attention(q, cache_k, cache_v, mask, lengths, *, block: int = 128):
-    """`xla_attention` over the shortest static prefix of the buffer that holds every live row.
-
-    The prefixes are 2·block, 4·block, ... slots and the whole buffer (`prefix_sizes`); a
-    `lax.switch` on the longest row's length runs the one that fits, so a step scores at most
-    twice the live length and each branch is one pair of whole einsums (both cores busy on
-    XLA:CPU, where blockwise's per-block ops run on one). Slots past a row's length are masked
-    in every branch, so the output equals "xla"'s. One compiled program for every length.
-    """
-    max_len = cache_k.shape[1]
-    if block < 1:
-        raise ValueError(f"block must be >= 1, got {block}")
-    sizes = prefix_sizes(max_len, block)
-    if len(sizes) == 1 or q.shape[1] >= max_len:
-        return xla_attention(q, cache_k, cache_v, mask)
-    longest = jnp.max(lengths).astype(jnp.int32)
-    index = jnp.searchsorted(jnp.asarray(sizes[:-1], jnp.int32), longest, side="left")
-
-    def branch(size):
-        return lambda q, k, v, m: xla_attention(q, k[:, :size], v[:, :size], m[..., :size])
-
-    return jax.lax.switch(index, [branch(n) for n in sizes], q, cache_k, cache_v, mask)
 
 
 def dot_product_attention(q, cache_k, cache_v, mask, lengths=None):
@@ -192,8 +158,6 @@ def attend(name: str, q, cache_k, cache_v, mask, lengths, *, block: int = 128):
     name = resolve(name)
     if name == "blockwise":
         return blockwise_attention(q, cache_k, cache_v, mask, lengths, block=block)
-    if name == "prefix":
-        return prefix_attention(q, cache_k, cache_v, mask, lengths, block=block)
     if name == "dot_product_attention":
         return dot_product_attention(q, cache_k, cache_v, mask, lengths)
     return xla_attention(q, cache_k, cache_v, mask, lengths)

@@ -14,7 +14,7 @@ NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope")
 MLPS = ("gelu", "swiglu")
 # Attention implementations (specjax/models/attention_kernels.py); "auto" picks by backend.
-ATTENTIONS = ("auto", "xla", "blockwise", "prefix", "dot_product_attention")
+ATTENTIONS = ("auto", "xla", "blockwise", "dot_product_attention")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,11 +52,10 @@ class TransformerConfig:
       dtype: compute dtype name ("float32", "bfloat16").
       param_dtype: parameter dtype name.
       attention: "auto" (by backend), "xla" (scores the whole cache buffer), "blockwise"
-        (online softmax over cache blocks up to the longest live row), "prefix" (the whole
-        einsum over the shortest of 2·block, 4·block, ... slots holding every live row) or
+        (online softmax over cache blocks up to the longest live row) or
         "dot_product_attention" (`jax.nn.dot_product_attention`, cuDNN on GPU). Changes no
         weight; configs saved without it load as "auto".
-      attention_block: cache slots per block of "blockwise" (and half the shortest prefix).
+      attention_block: cache slots per block of "blockwise".
     """
 
     vocab_size: int
