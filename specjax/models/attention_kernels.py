@@ -125,7 +125,8 @@ def blockwise_attention(q, cache_k, cache_v, mask, lengths, *, block: int = 128)
         jnp.zeros(stats, jnp.float32),
         jnp.zeros(stats + (hd,), jnp.float32),
     )
-    # Block 0 is peeled out of the loop: every live row has slots there, and straight-line code
+    # Block 0 is peeled out of the loop: every live row has slots there (lengths = starts + T
+    # >= 1, and the mask shows nothing at or past a row's length), and straight-line code
     # with static slices costs less than a trip of the while loop (whose fixed cost is what is
     # left of a long buffer's price: experiments/speed/ATTENTION.md). Masked slots add nothing,
     # so peeling is exact whatever the lengths.
