@@ -38,7 +38,7 @@ def sampler_table(
     vocabs=(259, 4096, 32000, 128256),
     *,
     batch: int = 1,
-    draws: int = 200,
+    draws: int | None = None,
     repeats: int = 7,
     clock=time.process_time,
 ) -> list[dict]:
@@ -47,7 +47,9 @@ def sampler_table(
     Args:
       vocabs: vocabulary sizes.
       batch: rows per call.
-      draws: calls per timed loop.
+      draws: calls per timed loop; None: max(500, 4e6 / vocab), so that even the fastest call's
+        loop lasts ~10 ms (process CPU time on this VM is not reliable for ~1 ms intervals:
+        200-call loops at vocab 259 gave 0.0006 and 0.0070 ms for the same sampler).
       repeats: timed rounds (medians).
       clock: `time.process_time` (CPU time of this process) or `time.perf_counter`.
 
@@ -58,16 +60,17 @@ def sampler_table(
     """
     rows = []
     for vocab in vocabs:
+        n = draws if draws is not None else max(500, 4_000_000 // vocab)
         logits = 3.0 * jax.random.normal(jax.random.key(vocab), (batch, vocab))
         probs = jax.nn.softmax(logits)
         calls = {
-            "categorical": _looped(lambda k, p, v=vocab: sample_from_probs(k, p, v), probs, draws),
-            "two_level": _looped(sample_from_probs, probs, draws),
-            "argmax": _looped(lambda k, x: jnp.argmax(x, axis=-1), logits, draws),
-            "first_argmax": _looped(lambda k, x: first_argmax(x), logits, draws),
+            "categorical": _looped(lambda k, p, v=vocab: sample_from_probs(k, p, v), probs, n),
+            "two_level": _looped(sample_from_probs, probs, n),
+            "argmax": _looped(lambda k, x: jnp.argmax(x, axis=-1), logits, n),
+            "first_argmax": _looped(lambda k, x: first_argmax(x), logits, n),
         }
         timed = interleaved(calls, repeats=repeats, clock=clock)
         row = {"vocab": vocab, "block": default_block(vocab)}
-        row.update({name: t.median / draws * 1e3 for name, t in timed.items()})
+        row.update({name: t.median / n * 1e3 for name, t in timed.items()})
         rows.append(row)
     return rows

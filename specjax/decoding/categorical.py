@@ -27,7 +27,7 @@ uniforms each "high" Gumbel takes are cheap.
 
 Cost per row: one reduction over V plus V/B + B Gumbels and logs, with B ≈ sqrt(V) (a power of
 two). Measured in-loop on one row, CPU time (`scripts/bench_sampler.py`, README table):
-0.0076 → 0.0041 ms at V = 259, 0.75 → 0.013 ms at 32000, 2.6 → 0.040 ms at 128256.
+0.0069 → 0.0061 ms at V = 259, 0.66 → 0.024 ms at 32000, 2.4 → 0.051 ms at 128256.
 """
 
 from __future__ import annotations
@@ -40,12 +40,12 @@ import jax.numpy as jnp
 
 from specjax.decoding.argmax import first_argmax
 
-__all__ = ["GUMBEL_MODE", "block_masses", "default_block", "prepared_weights", "sample_from_probs"]
+__all__ = ["GUMBEL_MODE", "block_masses", "default_block", "sample_from_probs"]
 
 # JAX's "high" Gumbels take two uniforms each and reach ~32 instead of ~16, so events down to
 # ~1e-14 relative (not ~1e-7) keep their probability; with O(sqrt V) Gumbels per row the doubled
-# random bits cost 0.0036 -> 0.0048 ms at V = 259 and 0.018 -> 0.022 ms at 32000 (one
-# measurement with jnp.argmax, before `first_argmax`).
+# random bits cost about a quarter more per draw (one early measurement: 0.018 -> 0.022 ms at
+# V = 32000).
 GUMBEL_MODE = "high"
 
 
@@ -71,23 +71,31 @@ def _blocked(probs: jax.Array, block: int) -> jax.Array:
     return padded.reshape(probs.shape[:-1] + (n_blocks, block))
 
 
-def prepared_weights(probs: jax.Array) -> jax.Array:
-    """The float32 weights the sampler draws from: negatives clamped to 0, and a row whose
-    largest weight exceeds 1 scaled so that it is ~1, so no block sum overflows (unnormalised
-    weights near float32's maximum would make a block's mass inf). Rows of probabilities
-    (largest weight <= 1) are left bit-for-bit as they are; a row holding inf too (its first inf
-    entry is drawn, as with `jax.random.categorical`)."""
-    w = jnp.maximum(probs.astype(jnp.float32), 0.0)
-    top = jnp.max(w, axis=-1, keepdims=True)
-    # Two multiplications by 1/sqrt(top): 1/top itself is subnormal for top > 2^126, and XLA:CPU
-    # flushes subnormals (and may divide through the reciprocal) to zero.
-    half = jax.lax.rsqrt(jnp.where(jnp.isfinite(top) & (top > 1.0), top, 1.0))
-    return (w * half) * half
+def _nonnegative(probs: jax.Array) -> jax.Array:
+    """float32 weights with negatives clamped to 0 (the callers' residuals are already >= 0)."""
+    return jnp.maximum(probs.astype(jnp.float32), 0.0)
+
+
+def _masses(w: jax.Array) -> jax.Array:
+    """Block sums of blocked weights w [..., n_blocks, block] -> [..., n_blocks], without overflow.
+
+    A row whose float32 sums overflow to inf (weights near float32's maximum: unnormalised input)
+    is summed again scaled by 2^-64, exact for a power of two and the same for every block of the
+    row. The rescan is a `lax.cond`, so rows of probabilities (never near overflow) pay one
+    `any` over the block sums, not a second pass over the vocabulary.
+    """
+    mass = w.sum(axis=-1)
+    overflow = jnp.isinf(mass).any(axis=-1, keepdims=True)  # [..., 1]
+
+    def rescaled():
+        return jnp.where(overflow, (w * jnp.float32(2.0**-64)).sum(axis=-1), mass)
+
+    return jax.lax.cond(overflow.any(), rescaled, lambda: mass)
 
 
 def block_masses(probs: jax.Array, block: int) -> jax.Array:
     """The float32 block sums M_b the sampler draws its block from: [..., V] -> [..., n_blocks]."""
-    return _blocked(prepared_weights(probs), block).sum(axis=-1)
+    return _masses(_blocked(_nonnegative(probs), block))
 
 
 def sample_from_probs(key: jax.Array, probs: jax.Array, block: int | None = None) -> jax.Array:
@@ -116,10 +124,10 @@ def sample_from_probs(key: jax.Array, probs: jax.Array, block: int | None = None
         raise ValueError(f"block must be an integer >= 1 or None (got {block!r})")
     block = size
     if block >= vocab:  # the one-level reference: exactly jax.random.categorical's draw
-        log_w = _log_weights(jnp.maximum(probs.astype(jnp.float32), 0.0))
+        log_w = _log_weights(_nonnegative(probs))
         return jax.random.categorical(key, log_w, axis=-1).astype(jnp.int32)
-    w = _blocked(prepared_weights(probs), block)  # [..., n_blocks, block]
-    mass = block_masses(probs, block)  # [..., n_blocks]: w's block sums (XLA computes them once)
+    w = _blocked(_nonnegative(probs), block)  # [..., n_blocks, block]
+    mass = _masses(w)  # [..., n_blocks], as `block_masses` (up to a power-of-two scale per row)
     key_block, key_entry = jax.random.split(key)
     g_block = jax.random.gumbel(key_block, mass.shape, jnp.float32, mode=GUMBEL_MODE)
     b = first_argmax(_log_weights(mass) + g_block)  # [...]
