@@ -1,17 +1,20 @@
 """Per-draw cost of the categorical samplers and of argmax, in-loop, by vocabulary size.
 
-Each figure is one device loop of `draws` calls on one [batch, vocab] row (`lax.fori_loop`, the
-input perturbed by the loop index so nothing is hoisted), timed round-robin against the others
-(`timing.interleaved`) and divided by `draws`: what a decoding loop pays per call.
+Each figure is one device loop of `draws` calls on one [batch, vocab] row
+(`overhead._repeat_piece`: a `lax.fori_loop` whose index keys each draw or perturbs argmax's
+input, so nothing is hoisted), timed round-robin against the others (`timing.interleaved`) and
+divided by `draws`: what a decoding loop pays per call.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 
 import jax
 import jax.numpy as jnp
 
+from specjax.benchmark.overhead import _repeat_piece
 from specjax.benchmark.timing import interleaved
 from specjax.decoding.argmax import first_argmax
 from specjax.decoding.categorical import default_block, sample_from_probs
@@ -19,19 +22,17 @@ from specjax.decoding.categorical import default_block, sample_from_probs
 __all__ = ["sampler_table"]
 
 
-def _looped(fn, x: jax.Array, draws: int):
-    """A zero-argument callable running `fn(key_i, x + 1e-30 i)` `draws` times in one program
-    (the shift is below float32 resolution of x's entries but keeps the call inside the loop)."""
+def _draw(vocab_block, i, probs):
+    """One draw with key i from probs * (1 + 1e-30 i) (== probs in float32, but loop-variant, so
+    XLA cannot hoist the block sums out of the loop); `vocab_block` None: the two-level default,
+    else the block size."""
+    probs = probs * (1.0 + i.astype(probs.dtype) * 1e-30)
+    return sample_from_probs(jax.random.fold_in(jax.random.key(0), i), probs, vocab_block).sum()
 
-    @jax.jit
-    def loop(x):
-        def body(i, acc):
-            shifted = x + i.astype(x.dtype) * 1e-30
-            return acc + fn(jax.random.fold_in(jax.random.key(0), i), shifted).sum()
 
-        return jax.lax.fori_loop(0, draws, body, jnp.int32(0))
-
-    return lambda: loop(x)
+def _argmax(fn, i, x):
+    """fn(x + 1e-30 i): the shift is below x's float32 resolution but keeps the call in the loop."""
+    return fn(x + i.astype(x.dtype) * 1e-30).sum()
 
 
 def sampler_table(
@@ -63,11 +64,15 @@ def sampler_table(
         n = draws if draws is not None else max(500, 4_000_000 // vocab)
         logits = 3.0 * jax.random.normal(jax.random.key(vocab), (batch, vocab))
         probs = jax.nn.softmax(logits)
+        pieces = {
+            "categorical": (functools.partial(_draw, vocab), probs),  # block = vocab: one level
+            "two_level": (functools.partial(_draw, None), probs),
+            "argmax": (functools.partial(_argmax, jnp.argmax), logits),
+            "first_argmax": (functools.partial(_argmax, first_argmax), logits),
+        }
         calls = {
-            "categorical": _looped(lambda k, p, v=vocab: sample_from_probs(k, p, v), probs, n),
-            "two_level": _looped(sample_from_probs, probs, n),
-            "argmax": _looped(lambda k, x: jnp.argmax(x, axis=-1), logits, n),
-            "first_argmax": _looped(lambda k, x: first_argmax(x), logits, n),
+            name: functools.partial(_repeat_piece, piece, (x,), n)
+            for name, (piece, x) in pieces.items()
         }
         timed = interleaved(calls, repeats=repeats, clock=clock)
         row = {"vocab": vocab, "block": default_block(vocab)}
