@@ -37,7 +37,7 @@ _TARGET = flags.DEFINE_enum(
     "of the mini draft's shape: cost only, their alpha means nothing).",
 )
 _ALL_DRAFTS = flags.DEFINE_bool(
-    "all_drafts", False, "zoo_random: also the uniform and prompt-lookup drafts (every kind)."
+    "all_drafts", False, "Also the uniform and prompt-lookup drafts (every draft kind)."
 )
 _GAMMA = flags.DEFINE_integer("gamma", 4, "Drafted tokens per iteration.")
 _BATCH = flags.DEFINE_integer("batch", 1, "Rows.")
@@ -67,14 +67,14 @@ def load_pair():
 
     draft, dparams, _ = load_model(f"{MODELS}/mini_draft-distill_tv_ft-python-0f7fdba813a9")
     train = np.asarray(load_corpus("python", "train", ByteTokenizer()))[:2_000_000]
+    zoo_fields = dict(num_layers=6, num_heads=6, embed_dim=384, mlp_dim=1536, max_len=256)
     if _TARGET.value == "zoo_random_32k":
         import dataclasses
 
         from specjax.models.transformer import TransformerLM
 
         vocab = 32000
-        fields = dict(num_layers=6, num_heads=6, embed_dim=384, mlp_dim=1536, max_len=256)
-        target, tparams = build.init_model(fields, vocab, jax.random.PRNGKey(0))
+        target, tparams = build.init_model(zoo_fields, vocab, jax.random.PRNGKey(0))
         draft = TransformerLM(dataclasses.replace(draft.config, vocab_size=vocab))
         dparams = build.init_params(draft, jax.random.PRNGKey(1))
         unigram = NgramLM(vocab, 1), fit_ngram(train, vocab, 1)
@@ -84,24 +84,15 @@ def load_pair():
         target, tparams, _ = load_model(f"{MODELS}/mini_target-python-b1c5c50bde14")
         what = "mini target (0.86M, trained)"
     else:
-        fields = dict(num_layers=6, num_heads=6, embed_dim=384, mlp_dim=1536, max_len=256)
-        target, tparams = build.init_model(fields, 259, jax.random.PRNGKey(0))
+        target, tparams = build.init_model(zoo_fields, 259, jax.random.PRNGKey(0))
         what = "zoo-shaped target (d=384, 6 layers, random weights)"
-        if _ALL_DRAFTS.value:  # every draft kind: n-gram, transformer, uniform, prompt lookup
-            bigram = NgramLM(259, 2), fit_ngram(train, 259, 2)
-            return (
-                target,
-                tparams,
-                {
-                    "bigram": bigram,
-                    "mini_draft distilled": (draft, dparams),
-                    "uniform": (UniformLM(259), {}),
-                    "prompt lookup": (PromptLookupLM(259), {}),
-                },
-                what,
-            )
-    bigram = NgramLM(259, 2), fit_ngram(train, 259, 2)
-    return target, tparams, {"bigram": bigram, "mini_draft distilled": (draft, dparams)}, what
+    drafts = {
+        "bigram": (NgramLM(259, 2), fit_ngram(train, 259, 2)),
+        "mini_draft distilled": (draft, dparams),
+    }
+    if _ALL_DRAFTS.value:  # every draft kind: n-gram, transformer, uniform, prompt lookup
+        drafts.update({"uniform": (UniformLM(259), {}), "prompt lookup": (PromptLookupLM(259), {})})
+    return target, tparams, drafts, what
 
 
 def prompts_from_validation(batch: int):
