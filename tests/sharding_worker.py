@@ -56,8 +56,8 @@ from specjax.decoding.speculative import SpeculativeDecoder  # noqa: E402
 from specjax.decoding.tree import TokenTree  # noqa: E402
 from specjax.decoding.tree_decoder import TreeSpeculativeDecoder  # noqa: E402
 from specjax.models import TransformerConfig, TransformerLM  # noqa: E402
-from specjax.sharded_train import shard_train_step, train_state_shardings  # noqa: E402
 from specjax.training.optim import make_optimizer  # noqa: E402
+from specjax.training.sharded import shard_train_step, train_state_shardings  # noqa: E402
 from specjax.training.steps import init_train_state, make_train_step  # noqa: E402
 
 VOCAB = 256

@@ -29,7 +29,6 @@ FLOORS = {
     # Models and data know nothing of decoding or training.
     "specjax.data": 1,
     "specjax.models": 1,
-    "specjax.ops": 1,
     # Decoding, sharding, checkpoints and converters use models.
     "specjax.decoding": 2,
     "specjax.sharding": 2,
@@ -43,16 +42,13 @@ FLOORS = {
     "specjax.testing": 3,
     # Training uses all of the above.
     "specjax.training": 4,
-    # Re-exports of modules moved into training/ (issue #13) sit above what they re-export.
-    "specjax.distill": 5,
-    "specjax.sharded_train": 5,
     # Loading a model + tokenizer from a path (checkpoints, HF conversion, the byte tokenizer).
     "specjax.pretrained": 3,
     # The one-call text API builds on decoding, loading and timing.
     "specjax.pipeline": 4,
     # The package's own __init__ re-exports the top of the library (`specjax.Pipeline`, lazily),
     # so it sits above everything; nothing in the library imports bare `specjax`.
-    "specjax": 6,
+    "specjax": 5,
 }
 OUTSIDE = ("experiments", "configs", "scripts", "tests")
 

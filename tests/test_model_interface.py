@@ -92,7 +92,6 @@ def test_forward_returns_the_hidden_states_that_feed_the_tied_head():
     assert out.hidden.shape == (1, 3, 32)
     logits = jnp.einsum("btd,vd->btv", out.hidden, params["embed"]["embedding"])
     np.testing.assert_allclose(out.logits, logits, atol=1e-5)
-    assert out.cache is out.state  # the field's former name still reads
 
 
 def test_positions_and_mask_shapes_are_checked():

@@ -14,7 +14,7 @@ from configs import train as train_config
 from specjax import checkpoint as ckpt_lib
 from specjax.data.batches import spread_eval_batches
 from specjax.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE
-from specjax.models import TransformerConfig, TransformerLM
+from specjax.models import TransformerConfig, TransformerLM, build
 from specjax.models.ngram import LengthState
 from specjax.training import loop as loop_lib
 from specjax.training import zoo
@@ -221,7 +221,7 @@ def test_configs_build_every_zoo_model():
         "model=draft_m,distill=target",
     ):
         config = train_config.get_config(option)
-        model_cfg = zoo.model_config(config.model.to_dict(), VOCAB_SIZE)
+        model_cfg = build.model_config(config.model.to_dict(), VOCAB_SIZE)
         assert model_cfg.max_len >= config.data.seq_len
     distilled = train_config.get_config("model=draft_m,distill=target")
     target = train_config.get_config("model=target")
@@ -264,7 +264,7 @@ def test_distillation_starts_from_the_init_model(tmp_path, monkeypatch):
     _, p_ft, _ = ckpt_lib.load_model(str(tmp_path / "ft"))
     _, p_draft, _ = ckpt_lib.load_model(draft["export_dir"])
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=0), p_draft, p_ft)
-    scratch = TransformerLM(zoo.model_config(ft.model.to_dict(), VOCAB_SIZE)).init_params(
+    scratch = TransformerLM(build.model_config(ft.model.to_dict(), VOCAB_SIZE)).init_params(
         jax.random.PRNGKey(ft.seed)
     )
     gaps = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.abs(a - b).max()), scratch, p_ft))

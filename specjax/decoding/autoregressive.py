@@ -18,9 +18,6 @@ from specjax.decoding.loop import LoopState
 from specjax.decoding.sampling import Warper, sample_from_probs
 from specjax.decoding.state import emit, last_tokens
 
-# The loop state's name before every decoder shared one (kept importable).
-ARLoopState = LoopState
-
 
 @dataclasses.dataclass(frozen=True)
 class AutoregressiveDecoder:

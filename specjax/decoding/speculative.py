@@ -45,10 +45,6 @@ class LossyRuleWarning(UserWarning):
     """A decoder was built with an acceptance rule marked lossy (lenient, typical)."""
 
 
-# The loop state's name before every decoder shared one (kept importable).
-SpecLoopState = LoopState
-
-
 @struct.dataclass
 class StepRecord:
     """What one speculative step saw, for a hierarchical drafter (`decoding/hierarchical.py`).

@@ -57,11 +57,6 @@ class ModelOutput:
     state: Any
     hidden: jax.Array | None = None
 
-    @property
-    def cache(self):
-        """The updated state (its name before the interface covered every model kind)."""
-        return self.state
-
 
 class LanguageModel(Protocol):
     """Structural type of a decodable model (see the module docstring)."""

@@ -5,6 +5,7 @@ steps are in `specjax.training.sharded`; neither is imported here, so that impor
 does not load orbax or the mesh code.
 """
 
+from specjax.models.build import model_config
 from specjax.training.ngrams import fit_and_save, load_ngram, ngram_cache_dir, save_ngram
 from specjax.training.optim import learning_rate_schedule, make_optimizer
 from specjax.training.steps import (
@@ -16,7 +17,7 @@ from specjax.training.steps import (
     sequence_logits,
     token_nll,
 )
-from specjax.training.zoo import MODEL_SIZES, model_cache_dir, model_config, run_fingerprint
+from specjax.training.zoo import MODEL_SIZES, model_cache_dir, run_fingerprint
 
 __all__ = [
     "MODEL_SIZES",

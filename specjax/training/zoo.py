@@ -24,10 +24,6 @@ import hashlib
 import json
 import os
 
-# `model_config` and `FAMILIES` moved to specjax.models.build; still importable from here.
-from specjax.models.build import FAMILIES as FAMILIES
-from specjax.models.build import model_config as model_config
-
 MODEL_SIZES = {
     "target": dict(num_layers=6, num_heads=6, embed_dim=384, mlp_dim=1536),
     "draft_l": dict(num_layers=3, num_heads=5, embed_dim=160, mlp_dim=640),
