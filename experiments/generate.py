@@ -22,14 +22,21 @@ from experiments import zoo
 from specjax.benchmark import costs
 from specjax.benchmark.timing import interleaved
 from specjax.data import EOS_ID, ByteTokenizer, load_corpus
-from specjax.decoding.autoregressive import AutoregressiveDecoder
-from specjax.decoding.gamma_policy import TheoryGamma, parse_gamma_policy
-from specjax.decoding.lookup_tree import LookupTreeDrafter
+from specjax.decoding import (
+    AutoregressiveDecoder,
+    Greedy,
+    LookupTreeDrafter,
+    SpeculativeDecoder,
+    Temperature,
+    TheoryGamma,
+    TokenTree,
+    TopK,
+    TopP,
+    TreeSpeculativeDecoder,
+    make_warper,
+    parse_gamma_policy,
+)
 from specjax.decoding.rules import accept_rule, is_lossless
-from specjax.decoding.sampling import Greedy, Temperature, TopK, TopP, make_warper
-from specjax.decoding.speculative import SpeculativeDecoder
-from specjax.decoding.tree import TokenTree
-from specjax.decoding.tree_decoder import TreeSpeculativeDecoder
 from specjax.models import TransformerLM, build
 
 DRAFT_KINDS = ("transformer", "bigram", "unigram", "uniform", "prompt_lookup", "self", "none")

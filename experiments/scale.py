@@ -10,9 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax import sharding as sh
-from specjax.decoding.sampling import make_warper
-from specjax.decoding.sharded import ShardedDecoder
-from specjax.decoding.speculative import SpeculativeDecoder
+from specjax.decoding import ShardedDecoder, SpeculativeDecoder, make_warper
 from specjax.models import TransformerLM, build
 from specjax.training.optim import make_optimizer
 from specjax.training.sharded import shard_train_step, train_state_shardings

@@ -41,7 +41,7 @@ def ragged_prompts(count: int):
 def main(argv):
     del argv
     from specjax.benchmark.batch import batch_table, break_even, format_batch_rows
-    from specjax.decoding.sampling import make_warper
+    from specjax.decoding import make_warper
 
     target, tparams, drafts, what = flags_.load_pair()
     draft, dparams = drafts[_DRAFT.value]

@@ -204,8 +204,7 @@ def build_pair(jax, np):
     tokens = None
     if kind == "bigram":
         # Fitted on the target's greedy continuation of a random prompt: some agreement.
-        from specjax.decoding.autoregressive import AutoregressiveDecoder
-        from specjax.decoding.sampling import make_warper
+        from specjax.decoding import AutoregressiveDecoder, make_warper
 
         prompt = np.random.default_rng(_SEED.value + 7).integers(0, vocab, 16)
         ar = AutoregressiveDecoder(target, make_warper(0), cache_len=cache_len)
@@ -291,9 +290,8 @@ def measure() -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from specjax.decoding import autoregressive, loop, speculative
+    from specjax.decoding import autoregressive, loop, make_warper, sample_from_probs, speculative
     from specjax.decoding.rules import accept_rule
-    from specjax.decoding.sampling import make_warper, sample_from_probs
 
     gamma, batch, new = _GAMMA.value, _BATCH.value, _NEW.value
     repeats, inner = _REPEATS.value, _INNER.value
@@ -310,8 +308,8 @@ def measure() -> dict:
     )
     tree = tree_dec = None
     if _TREE.value:
-        from specjax.decoding.tree import TokenTree, tree_inputs
-        from specjax.decoding.tree_decoder import TreeSpeculativeDecoder
+        from specjax.decoding import TokenTree, TreeSpeculativeDecoder
+        from specjax.decoding.tree import tree_inputs
 
         tree = TokenTree.parse(_TREE.value)
         tree_dec = TreeSpeculativeDecoder(
@@ -573,8 +571,7 @@ def speed_summary() -> dict:
 
     from specjax.benchmark.batch import batch_table, break_even, format_batch_rows
     from specjax.benchmark.overhead import overhead_breakdown
-    from specjax.decoding.sampling import make_warper
-    from specjax.decoding.speculative import SpeculativeDecoder
+    from specjax.decoding import SpeculativeDecoder, make_warper
 
     target, tp, draft, dp, info = build_pair(jax, np)
     cache_len, gamma = info["cache_len"], _GAMMA.value

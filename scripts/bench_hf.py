@@ -155,9 +155,7 @@ def _specjax_callables(target_dir, draft_dir, prompt, new_tokens, gamma):
     import jax
 
     from specjax.convert import load_hf_pair
-    from specjax.decoding.autoregressive import AutoregressiveDecoder
-    from specjax.decoding.sampling import make_warper
-    from specjax.decoding.speculative import SpeculativeDecoder
+    from specjax.decoding import AutoregressiveDecoder, SpeculativeDecoder, make_warper
 
     pair = load_hf_pair(target_dir, draft_dir)
     greedy = make_warper(temperature=0.0)

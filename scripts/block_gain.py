@@ -57,10 +57,12 @@ from specjax.checkpoint import load_model  # noqa: E402
 from specjax.data import load_corpus  # noqa: E402
 from specjax.data.batches import sample_prompts  # noqa: E402
 from specjax.data.tokenizer import ByteTokenizer  # noqa: E402
+from specjax.decoding import (
+    SpeculativeDecoder,  # noqa: E402
+    make_warper,  # noqa: E402
+)
 from specjax.decoding.block import expected_accepted, stop_chances  # noqa: E402
 from specjax.decoding.rules import accept_rule  # noqa: E402
-from specjax.decoding.sampling import make_warper  # noqa: E402
-from specjax.decoding.speculative import SpeculativeDecoder  # noqa: E402
 from specjax.training import zoo  # noqa: E402
 
 _DRAFTS = flags.DEFINE_list("drafts", ["mini_draft", "mini_draft_distilled"], "Drafts.")

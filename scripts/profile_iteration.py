@@ -174,8 +174,7 @@ def main(argv):
         return
     del argv
     overhead_breakdown = _overhead_breakdown()
-    from specjax.decoding.sampling import make_warper
-    from specjax.decoding.speculative import SpeculativeDecoder
+    from specjax.decoding import SpeculativeDecoder, make_warper
 
     target, tparams, drafts, what = load_pair()
     prompts = prompts_from_validation(_BATCH.value)

@@ -23,7 +23,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import specjax  # noqa: E402,F401  (configures XLA:CPU where that is still done on import)
-from specjax.decoding.sampling import make_warper  # noqa: E402
+from specjax.decoding import make_warper  # noqa: E402
 
 CASES = (
     # (name, draft or None for autoregressive, warper name, target name)

@@ -17,7 +17,7 @@ import numpy as np
 
 from specjax.data.batches import spread_eval_batches
 from specjax.data.tokenizer import PAD_ID
-from specjax.decoding.sampling import Warper, make_warper
+from specjax.decoding import Warper, make_warper
 from specjax.models.interface import check_pair, check_params
 from specjax.models.sequence import sequence_logits
 

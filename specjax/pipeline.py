@@ -24,10 +24,12 @@ import numpy as np
 from specjax.benchmark.timing import interleaved
 from specjax.data.text_stream import TextStream
 from specjax.data.tokenizer import VOCAB_SIZE, ByteTokenizer
-from specjax.decoding.autoregressive import AutoregressiveDecoder
-from specjax.decoding.sampling import make_warper
-from specjax.decoding.speculative import SpeculativeDecoder
-from specjax.decoding.state import GenerationResult
+from specjax.decoding import (
+    AutoregressiveDecoder,
+    GenerationResult,
+    SpeculativeDecoder,
+    make_warper,
+)
 from specjax.models.interface import check_vocab
 from specjax.pretrained import load_pretrained_pair
 

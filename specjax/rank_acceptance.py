@@ -29,9 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.alpha import overlap
-from specjax.decoding.acceptance import residual_distribution
-from specjax.decoding.sampling import Warper
-from specjax.decoding.tree import TokenTree, draw_children, tree_accept
+from specjax.decoding import TokenTree, Warper, residual_distribution, tree_accept
+from specjax.decoding.tree import draw_children
 from specjax.decoding.tree_search import conditional_from_positional
 from specjax.models.interface import check_pair
 from specjax.models.sequence import sequence_logits

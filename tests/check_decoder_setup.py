@@ -7,7 +7,7 @@ seeds); every check draws 2^14 rows on one prompt, (1, 2).
 from __future__ import annotations
 
 from specjax import testing
-from specjax.decoding.sampling import make_warper
+from specjax.decoding import make_warper
 
 DRAWS = 1 << 14
 PROMPTS = ((1, 2),)

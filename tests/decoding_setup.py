@@ -15,9 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.decoding.autoregressive import AutoregressiveDecoder
-from specjax.decoding.sampling import make_warper
-from specjax.decoding.speculative import SpeculativeDecoder
+from specjax.decoding import AutoregressiveDecoder, SpeculativeDecoder, make_warper
 from specjax.models import (
     NgramLM,
     PromptLookupLM,

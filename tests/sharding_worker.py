@@ -49,12 +49,14 @@ import optax  # noqa: E402
 from jax.sharding import PartitionSpec  # noqa: E402
 
 from specjax import sharding as sh  # noqa: E402
-from specjax.decoding.autoregressive import AutoregressiveDecoder  # noqa: E402
-from specjax.decoding.sampling import make_warper  # noqa: E402
-from specjax.decoding.sharded import ShardedDecoder  # noqa: E402
-from specjax.decoding.speculative import SpeculativeDecoder  # noqa: E402
-from specjax.decoding.tree import TokenTree  # noqa: E402
-from specjax.decoding.tree_decoder import TreeSpeculativeDecoder  # noqa: E402
+from specjax.decoding import (  # noqa: E402
+    AutoregressiveDecoder,
+    ShardedDecoder,
+    SpeculativeDecoder,
+    TokenTree,
+    TreeSpeculativeDecoder,
+    make_warper,
+)
 from specjax.models import TransformerConfig, TransformerLM  # noqa: E402
 from specjax.training.optim import make_optimizer  # noqa: E402
 from specjax.training.sharded import shard_train_step, train_state_shardings  # noqa: E402

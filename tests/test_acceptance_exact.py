@@ -12,8 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specjax.decoding.acceptance import residual_distribution, speculative_accept
-from specjax.decoding.sampling import make_warper
+from specjax.decoding import make_warper, residual_distribution, speculative_accept
 
 KEYS = [jax.random.key(seed) for seed in (0, 1, 2, 12345)]
 jit_accept = jax.jit(speculative_accept, static_argnames="fill_value")

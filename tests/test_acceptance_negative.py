@@ -29,7 +29,7 @@ import pytest
 import stats_util
 from stats_util import PVALUE_THRESHOLD, Case
 
-from specjax.decoding.acceptance import speculative_accept
+from specjax.decoding import speculative_accept
 
 pytestmark = pytest.mark.slow
 

@@ -29,8 +29,7 @@ import pytest
 import stats_util
 from stats_util import PVALUE_THRESHOLD, Case
 
-from specjax.decoding.acceptance import residual_distribution, speculative_accept
-from specjax.decoding.sampling import sample_from_probs
+from specjax.decoding import residual_distribution, sample_from_probs, speculative_accept
 
 
 def _f32(x) -> np.ndarray:

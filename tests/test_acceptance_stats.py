@@ -35,8 +35,7 @@ import pytest
 import stats_util
 from stats_util import PVALUE_THRESHOLD, Case
 
-from specjax.decoding.acceptance import speculative_accept
-from specjax.decoding.sampling import make_warper
+from specjax.decoding import make_warper, speculative_accept
 
 pytestmark = pytest.mark.slow
 

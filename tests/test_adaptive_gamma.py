@@ -23,17 +23,17 @@ from decoding_setup import (
 )
 
 from specjax import theory
-from specjax.decoding import loop
-from specjax.decoding.adaptive_drafter import AdaptiveDrafter
-from specjax.decoding.drafters import LookupDrafter
-from specjax.decoding.gamma_policy import (
+from specjax.decoding import (
+    AdaptiveDrafter,
     ConfidenceGamma,
     FixedGamma,
     HeuristicGamma,
+    LookupDrafter,
+    SpeculativeDecoder,
     TheoryGamma,
+    loop,
     parse_gamma_policy,
 )
-from specjax.decoding.speculative import SpeculativeDecoder
 
 POLICIES = {
     "fixed1": FixedGamma(1),

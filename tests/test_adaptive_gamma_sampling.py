@@ -37,10 +37,14 @@ from test_decoding_sampling import (
 )
 from test_decoding_sampling import models as models  # noqa: F401  (the fixture)
 
-from specjax.decoding.acceptance import block_accept
-from specjax.decoding.adaptive_drafter import AdaptiveDrafter
-from specjax.decoding.gamma_policy import ConfidenceGamma, HeuristicGamma, TheoryGamma
-from specjax.decoding.speculative import SpeculativeDecoder
+from specjax.decoding import (
+    AdaptiveDrafter,
+    ConfidenceGamma,
+    HeuristicGamma,
+    SpeculativeDecoder,
+    TheoryGamma,
+    block_accept,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ import pytest
 from specjax import theory
 from specjax.alpha import alpha_table, mean_alpha, measure_alpha, overlap
 from specjax.data.tokenizer import NUM_BYTES, PAD_ID, VOCAB_SIZE
-from specjax.decoding.sampling import make_warper
+from specjax.decoding import make_warper
 from specjax.models import NgramLM, TransformerConfig, TransformerLM, UniformLM, fit_ngram
 from specjax.models.ngram import LengthState
 

@@ -53,7 +53,7 @@ def test_iteration_cost_rejects_prompts_that_do_not_fit():
 def test_tree_call_scores_a_chain_tree_like_a_chain_call():
     from decoding_setup import TARGET
 
-    from specjax.decoding.tree import TokenTree
+    from specjax.decoding import TokenTree
 
     params = target_params()
     state = costs.prefilled_state(TARGET, params, 1, 8, 32)

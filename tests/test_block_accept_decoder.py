@@ -26,8 +26,7 @@ from decoding_setup import (
     target_params,
 )
 
-from specjax.decoding.acceptance import block_accept
-from specjax.decoding.speculative import SpeculativeDecoder
+from specjax.decoding import SpeculativeDecoder, block_accept
 
 
 def test_greedy_block_decoder_equals_autoregressive():

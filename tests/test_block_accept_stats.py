@@ -45,7 +45,7 @@ import stream_stats
 from stats_util import PVALUE_THRESHOLD
 from stream_law import make_case
 
-from specjax.decoding.acceptance import block_accept
+from specjax.decoding import block_accept
 
 pytestmark = pytest.mark.slow
 

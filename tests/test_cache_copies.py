@@ -12,9 +12,7 @@ import jax
 import numpy as np
 
 import specjax
-from specjax.decoding import autoregressive, loop, speculative
-from specjax.decoding.gamma_policy import HeuristicGamma
-from specjax.decoding.sampling import make_warper
+from specjax.decoding import HeuristicGamma, autoregressive, loop, make_warper, speculative
 from specjax.models import NgramLM, TransformerConfig, TransformerLM, fit_ngram
 
 # conftest.py set the flag before JAX started; this only confirms it is in effect.

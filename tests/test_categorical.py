@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specjax.decoding import categorical
-from specjax.decoding.categorical import block_masses, default_block, sample_from_probs
+from specjax.decoding import categorical, sample_from_probs
+from specjax.decoding.categorical import block_masses, default_block
 from specjax.testing.stats import PVALUE_THRESHOLD, pooled_chi2
 
 VOCAB, BLOCK = 1000, 32  # 32 blocks; the last holds 8 entries and 24 zero-weight pads

@@ -19,9 +19,8 @@ import pytest
 from check_decoder_setup import PAIR, T1, check
 
 from specjax import testing
-from specjax.decoding.gamma_policy import HeuristicGamma
+from specjax.decoding import HeuristicGamma, SpeculativeDecoder
 from specjax.decoding.rules import BoundRule, accept_rule
-from specjax.decoding.speculative import SpeculativeDecoder
 
 
 def _chain(accept="tokenwise", gamma=3, **kwargs):

@@ -18,8 +18,7 @@ import pytest
 from check_decoder_setup import PAIR, T1, check
 from tree_reference import make_switches, reference_accept
 
-from specjax.decoding.tree import TokenTree
-from specjax.decoding.tree_decoder import TreeSpeculativeDecoder
+from specjax.decoding import TokenTree, TreeSpeculativeDecoder
 
 
 def _tree(branching, replacement=True, cls=TreeSpeculativeDecoder):

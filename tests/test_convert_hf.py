@@ -22,9 +22,11 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from specjax.convert import load_hf_model, load_hf_pair, load_hf_tokenizer, read_config  # noqa: E402
-from specjax.decoding.autoregressive import AutoregressiveDecoder  # noqa: E402
-from specjax.decoding.sampling import make_warper  # noqa: E402
-from specjax.decoding.speculative import SpeculativeDecoder  # noqa: E402
+from specjax.decoding import (  # noqa: E402
+    AutoregressiveDecoder,
+    SpeculativeDecoder,
+    make_warper,
+)
 
 VOCAB = 101
 EOS = 7

@@ -21,9 +21,7 @@ from decoding_setup import (
     target_params,
 )
 
-from specjax.decoding import autoregressive, loop
-from specjax.decoding.sampling import make_warper
-from specjax.decoding.speculative import SpeculativeDecoder
+from specjax.decoding import SpeculativeDecoder, autoregressive, loop, make_warper
 from specjax.models import NgramLM, TransformerConfig, TransformerLM
 
 KEY = jax.random.PRNGKey(7)

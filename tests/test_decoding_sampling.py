@@ -22,9 +22,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from specjax.decoding.autoregressive import AutoregressiveDecoder
-from specjax.decoding.sampling import Temperature, TopK, TopP, make_warper
-from specjax.decoding.speculative import SpeculativeDecoder
+from specjax.decoding import (
+    AutoregressiveDecoder,
+    SpeculativeDecoder,
+    Temperature,
+    TopK,
+    TopP,
+    make_warper,
+)
 from specjax.models import NgramLM, TransformerConfig, TransformerLM, fit_ngram
 
 pytestmark = pytest.mark.slow

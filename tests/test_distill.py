@@ -11,7 +11,7 @@ import pytest
 
 from specjax.alpha import measure_alpha
 from specjax.data.tokenizer import VOCAB_SIZE
-from specjax.decoding.sampling import make_warper
+from specjax.decoding import make_warper
 from specjax.models import TransformerConfig, TransformerLM
 from specjax.training.distill import distill_loss, divergence, make_distill_step
 from specjax.training.optim import make_optimizer

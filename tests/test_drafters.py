@@ -34,10 +34,15 @@ from decoding_setup import (
 )
 
 from specjax import sharding as sh
-from specjax.decoding.acceptance import speculative_accept
-from specjax.decoding.drafters import LookupDrafter, ModelDrafter, Verdict, is_drafter
-from specjax.decoding.sharded import ShardedDecoder
-from specjax.decoding.speculative import SpeculativeDecoder
+from specjax.decoding import (
+    LookupDrafter,
+    ModelDrafter,
+    ShardedDecoder,
+    SpeculativeDecoder,
+    Verdict,
+    speculative_accept,
+)
+from specjax.decoding.drafters import is_drafter
 from specjax.decoding.state import init_sequences
 
 KEY = jax.random.PRNGKey(11)

@@ -20,10 +20,8 @@ from decoding_setup import (
     target_params,
 )
 
-from specjax.decoding import loop
-from specjax.decoding.hierarchical import SpeculativeDrafter
+from specjax.decoding import LossyRuleWarning, SpeculativeDecoder, SpeculativeDrafter, loop
 from specjax.decoding.rules import accept_rule
-from specjax.decoding.speculative import LossyRuleWarning, SpeculativeDecoder
 from specjax.models import NgramLM, TransformerConfig, TransformerLM
 
 OUTER_GAMMA = 3

@@ -42,9 +42,7 @@ from test_decoding_sampling import (
 )
 from test_decoding_sampling import models as models  # noqa: F401  (the fixture)
 
-from specjax.decoding.acceptance import residual_distribution
-from specjax.decoding.hierarchical import SpeculativeDrafter
-from specjax.decoding.speculative import SpeculativeDecoder
+from specjax.decoding import SpeculativeDecoder, SpeculativeDrafter, residual_distribution
 from specjax.testing.stats import PVALUE_THRESHOLD, pooled_chi2
 
 pytestmark = pytest.mark.slow

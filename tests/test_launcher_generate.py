@@ -14,7 +14,7 @@ from configs import generate as generate_config
 from experiments import generate as generate_mode
 from specjax import checkpoint
 from specjax.data import EOS_ID, ByteTokenizer
-from specjax.decoding.acceptance import block_accept, speculative_accept
+from specjax.decoding import block_accept, speculative_accept
 from specjax.decoding.rules import accept_rule
 from specjax.models import TransformerLM
 
@@ -283,7 +283,7 @@ def test_prompt_option_replaces_prompts():
 
 
 def test_describe_warper_and_counts():
-    from specjax.decoding.sampling import make_warper
+    from specjax.decoding import make_warper
 
     assert generate_mode.describe_warper(make_warper(0)) == "greedy"
     assert generate_mode.describe_warper(make_warper(1.0)) == "sampling: temperature 1"

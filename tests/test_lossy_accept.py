@@ -17,8 +17,13 @@ import numpy as np
 import pytest
 
 from specjax import testing
-from specjax.decoding import LossyRuleWarning, SpeculativeDecoder, lossy, make_warper
-from specjax.decoding.acceptance import speculative_accept
+from specjax.decoding import (
+    LossyRuleWarning,
+    SpeculativeDecoder,
+    lossy,
+    make_warper,
+    speculative_accept,
+)
 from specjax.decoding.rules import BoundRule, accept_rule, is_lossless
 from specjax.models import TransformerConfig, TransformerLM
 
@@ -205,7 +210,7 @@ def test_greedy_decoder_with_a_lossy_rule_equals_autoregressive(spec):
         target_params,
     )
 
-    from specjax.decoding.speculative import SpeculativeDecoder
+    from specjax.decoding import SpeculativeDecoder
 
     draft, draft_params = drafts()["noisy_self"]
     reference = ar_decoder().generate(target_params(), list(PROMPTS), jax.random.key(0), MAX_NEW)

@@ -8,8 +8,7 @@ import pytest
 
 from experiments.lossy import run
 from specjax import testing
-from specjax.decoding import lossy
-from specjax.decoding.sampling import make_warper
+from specjax.decoding import lossy, make_warper
 
 
 def test_first_token_laws_are_the_models_next_token_rows():

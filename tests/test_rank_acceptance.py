@@ -18,7 +18,7 @@ import pytest
 import stats_util
 from positional_reference import exact_positional
 
-from specjax.decoding.sampling import make_warper
+from specjax.decoding import make_warper
 from specjax.models.ngram import NgramLM, fit_ngram
 from specjax.rank_acceptance import rank_acceptance, rank_acceptance_on_sequences
 

@@ -16,15 +16,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from specjax.decoding.sampling import (
-    Greedy,
-    Temperature,
-    TopK,
-    TopP,
-    Warper,
-    make_warper,
-    sample_from_probs,
-)
+from specjax.decoding import Greedy, Temperature, TopK, TopP, Warper, make_warper, sample_from_probs
 
 
 def _logits(weights) -> jax.Array:

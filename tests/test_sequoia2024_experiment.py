@@ -15,8 +15,7 @@ import pytest
 
 from configs import sequoia2024 as sequoia_config
 from experiments.sequoia2024 import methods, pipeline, report
-from specjax.decoding.tree import TokenTree
-from specjax.decoding.tree_search import expected_accepted
+from specjax.decoding import TokenTree, expected_accepted
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,7 @@ from jax.sharding import PartitionSpec as P
 
 from configs import mesh as mesh_config
 from specjax import sharding as sh
-from specjax.decoding.autoregressive import AutoregressiveDecoder
-from specjax.decoding.sampling import make_warper
-from specjax.decoding.sharded import ShardedDecoder
+from specjax.decoding import AutoregressiveDecoder, ShardedDecoder, make_warper
 from specjax.models import NgramLM, TransformerConfig, TransformerLM
 from specjax.models.ngram import LengthState
 

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specjax.decoding.tree import TokenTree, tree_accept
+from specjax.decoding import TokenTree, tree_accept
 
 UNBALANCED = TokenTree((-1, 0, 0, 0, 1, 1, 2, 4))
 N = UNBALANCED.num_nodes

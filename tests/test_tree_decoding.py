@@ -29,10 +29,7 @@ from decoding_setup import (
     target_params,
 )
 
-from specjax.decoding import loop
-from specjax.decoding.autoregressive import AutoregressiveDecoder
-from specjax.decoding.tree import TokenTree
-from specjax.decoding.tree_decoder import TreeSpeculativeDecoder
+from specjax.decoding import AutoregressiveDecoder, TokenTree, TreeSpeculativeDecoder, loop
 from specjax.models import NgramLM
 
 KEY = jax.random.PRNGKey(3)

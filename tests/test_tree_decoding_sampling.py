@@ -37,8 +37,7 @@ from test_decoding_sampling import (
 )
 from test_decoding_sampling import models as models  # noqa: F401  (the fixture)
 
-from specjax.decoding.tree import TokenTree, tree_accept
-from specjax.decoding.tree_decoder import TreeSpeculativeDecoder
+from specjax.decoding import TokenTree, TreeSpeculativeDecoder, tree_accept
 
 pytestmark = pytest.mark.slow
 

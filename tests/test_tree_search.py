@@ -20,15 +20,18 @@ import numpy as np
 import pytest
 from positional_reference import exact_positional
 
-from specjax.decoding import tree as tree_lib
-from specjax.decoding.tree import TokenTree, draw_children
-from specjax.decoding.tree_search import (
-    conditional_from_positional,
-    draft_call_widths,
+from specjax.decoding import (
+    TokenTree,
     expected_accepted,
     hardware_aware_tree,
     optimal_tree,
     positional_from_conditional,
+)
+from specjax.decoding import tree as tree_lib
+from specjax.decoding.tree import draw_children
+from specjax.decoding.tree_search import (
+    conditional_from_positional,
+    draft_call_widths,
     tree_from_nested,
 )
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specjax.decoding.tree import TokenTree
+from specjax.decoding import TokenTree
 
 UNBALANCED = TokenTree((-1, 0, 0, 0, 1, 1, 2, 4))
 

@@ -13,9 +13,7 @@ import numpy as np
 import pytest
 from decoding_setup import CACHE_LEN, GREEDY, MAX_NEW, PROMPTS, TARGET, drafts, target_params
 
-from specjax.decoding import HeuristicGamma, make_warper
-from specjax.decoding.drafters import LookupDrafter
-from specjax.decoding.speculative import SpeculativeDecoder
+from specjax.decoding import HeuristicGamma, LookupDrafter, SpeculativeDecoder, make_warper
 from specjax.decoding.verify_width import check_widths, score_to_longest
 
 VOCAB = 7

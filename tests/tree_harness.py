@@ -29,8 +29,8 @@ import tree_reference
 from scipy import stats
 from tree_reference import reference_accept
 
-from specjax.decoding.acceptance import speculative_accept
-from specjax.decoding.tree import TokenTree, draw_children, tree_accept
+from specjax.decoding import TokenTree, speculative_accept, tree_accept
+from specjax.decoding.tree import draw_children
 
 NUM_STATES = 23
 NUM_SAMPLES = 1 << 20

@@ -47,12 +47,14 @@ import numpy as np
 
 from specjax import theory
 from specjax.benchmark.costs import call_cost
+from specjax.decoding import (
+    AutoregressiveDecoder,
+    SpeculativeDecoder,
+    SpeculativeDrafter,
+    make_warper,
+    summarize_stats,
+)
 from specjax.decoding import loop as decoding_loop
-from specjax.decoding.autoregressive import AutoregressiveDecoder
-from specjax.decoding.hierarchical import SpeculativeDrafter
-from specjax.decoding.sampling import make_warper
-from specjax.decoding.speculative import SpeculativeDecoder
-from specjax.decoding.stats import summarize_stats
 from specjax.models import NgramLM, TransformerConfig, TransformerLM, fit_ngram
 
 

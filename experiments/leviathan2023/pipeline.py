@@ -27,11 +27,8 @@ from specjax.benchmark.walltime import measure_walltime
 from specjax.data import load_corpus
 from specjax.data.batches import sample_prompts
 from specjax.data.tokenizer import ByteTokenizer
-from specjax.decoding.acceptance import speculative_accept
-from specjax.decoding.block import block_accept
+from specjax.decoding import SpeculativeDecoder, block_accept, make_warper, speculative_accept
 from specjax.decoding.rules import accept_rule, is_lossless
-from specjax.decoding.sampling import make_warper
-from specjax.decoding.speculative import SpeculativeDecoder
 
 
 def _log(msg: str) -> None:

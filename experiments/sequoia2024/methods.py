@@ -14,8 +14,7 @@ rule whose vector predicts it (`ACCEPTANCE_RULE`).
 
 from __future__ import annotations
 
-from specjax.decoding.tree import TokenTree
-from specjax.decoding.tree_search import optimal_tree
+from specjax.decoding import TokenTree, optimal_tree
 
 # Sampled siblings drawn independently (SpecInfer) or without replacement (Sequoia).
 REPLACEMENT = {

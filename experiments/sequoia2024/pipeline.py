@@ -32,14 +32,18 @@ from specjax.benchmark.costs import call_cost, iteration_cost
 from specjax.data import load_corpus
 from specjax.data.batches import sample_prompts
 from specjax.data.tokenizer import ByteTokenizer
+from specjax.decoding import (
+    AutoregressiveDecoder,
+    SpeculativeDecoder,
+    TokenTree,
+    TreeSpeculativeDecoder,
+    expected_accepted,
+    hardware_aware_tree,
+    make_warper,
+    summarize_stats,
+)
 from specjax.decoding import loop as decoding_loop
-from specjax.decoding.autoregressive import AutoregressiveDecoder
-from specjax.decoding.sampling import make_warper
-from specjax.decoding.speculative import SpeculativeDecoder
-from specjax.decoding.stats import summarize_stats
-from specjax.decoding.tree import TokenTree
-from specjax.decoding.tree_decoder import TreeSpeculativeDecoder
-from specjax.decoding.tree_search import draft_call_widths, expected_accepted, hardware_aware_tree
+from specjax.decoding.tree_search import draft_call_widths
 from specjax.rank_acceptance import rank_acceptance_on_sequences
 
 

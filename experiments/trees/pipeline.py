@@ -25,13 +25,15 @@ from specjax.benchmark.costs import call_cost, tree_call_cost
 from specjax.data import load_corpus
 from specjax.data.batches import sample_prompts
 from specjax.data.tokenizer import ByteTokenizer
+from specjax.decoding import (
+    AutoregressiveDecoder,
+    SpeculativeDecoder,
+    TokenTree,
+    TreeSpeculativeDecoder,
+    make_warper,
+    summarize_stats,
+)
 from specjax.decoding import loop as decoding_loop
-from specjax.decoding.autoregressive import AutoregressiveDecoder
-from specjax.decoding.sampling import make_warper
-from specjax.decoding.speculative import SpeculativeDecoder
-from specjax.decoding.stats import summarize_stats
-from specjax.decoding.tree import TokenTree
-from specjax.decoding.tree_decoder import TreeSpeculativeDecoder
 
 
 def _log(msg: str) -> None:

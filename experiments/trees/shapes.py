@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 
-from specjax.decoding.tree import TokenTree
+from specjax.decoding import TokenTree
 
 
 def _from_paths(paths) -> TokenTree:

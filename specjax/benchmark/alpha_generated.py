@@ -12,8 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.alpha import measure_alpha
-from specjax.decoding.autoregressive import AutoregressiveDecoder
-from specjax.decoding.sampling import make_warper
+from specjax.decoding import AutoregressiveDecoder, make_warper
 from specjax.models.interface import check_pair
 
 

@@ -17,8 +17,7 @@ import jax
 import numpy as np
 
 from specjax.benchmark.costs import call_cost
-from specjax.decoding.autoregressive import AutoregressiveDecoder
-from specjax.decoding.sampling import make_warper
+from specjax.decoding import AutoregressiveDecoder, make_warper
 from specjax.models import TransformerConfig, TransformerLM
 
 

@@ -22,9 +22,7 @@ import numpy as np
 
 from specjax.benchmark.costs import call_cost
 from specjax.benchmark.timing import interleaved, ratio_interval
-from specjax.decoding import loop
-from specjax.decoding.autoregressive import AutoregressiveDecoder
-from specjax.decoding.speculative import SpeculativeDecoder
+from specjax.decoding import AutoregressiveDecoder, SpeculativeDecoder, loop
 
 
 @dataclasses.dataclass(frozen=True)

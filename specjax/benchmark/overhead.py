@@ -20,10 +20,7 @@ import numpy as np
 
 from specjax.benchmark.costs import _repeat_calls, _repeat_steps, prefilled_state
 from specjax.benchmark.timing import coefficient_of_variation, interleaved, time_call
-from specjax.decoding import loop
-from specjax.decoding.autoregressive import AutoregressiveDecoder
-from specjax.decoding.drafters import Proposal
-from specjax.decoding.sampling import sample_from_probs
+from specjax.decoding import AutoregressiveDecoder, Proposal, loop, sample_from_probs
 from specjax.decoding.state import emit
 
 

@@ -20,11 +20,9 @@ from collections.abc import Callable
 import jax
 
 from specjax.benchmark.timing import interleaved, ratio_interval
+from specjax.decoding import AutoregressiveDecoder, SpeculativeDecoder, summarize_stats
 from specjax.decoding import loop as decoding_loop
-from specjax.decoding.autoregressive import AutoregressiveDecoder
 from specjax.decoding.rules import is_lossless
-from specjax.decoding.speculative import SpeculativeDecoder
-from specjax.decoding.stats import summarize_stats
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,8 +16,9 @@ import jax.numpy as jnp
 
 from specjax.benchmark.overhead import _repeat_piece
 from specjax.benchmark.timing import interleaved
+from specjax.decoding import sample_from_probs
 from specjax.decoding.argmax import first_argmax
-from specjax.decoding.categorical import default_block, sample_from_probs
+from specjax.decoding.categorical import default_block
 
 __all__ = ["sampler_table"]
 

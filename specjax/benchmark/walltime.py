@@ -25,10 +25,8 @@ import jax
 from specjax import theory
 from specjax.benchmark.costs import iteration_cost
 from specjax.benchmark.timing import coefficient_of_variation, interleaved, ratio_interval
+from specjax.decoding import AutoregressiveDecoder, SpeculativeDecoder, summarize_stats
 from specjax.decoding import loop as decoding_loop
-from specjax.decoding.autoregressive import AutoregressiveDecoder
-from specjax.decoding.speculative import SpeculativeDecoder
-from specjax.decoding.stats import summarize_stats
 
 
 @dataclasses.dataclass(frozen=True)

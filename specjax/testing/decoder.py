@@ -135,8 +135,7 @@ def greedy_equality(decoder, params, prompts, *, max_new_tokens: int = 12) -> Ch
 
     Returns a deterministic `Chi2`: statistic = rows that differ, p-value 1 if none, else 0.
     """
-    from specjax.decoding.autoregressive import AutoregressiveDecoder
-    from specjax.decoding.sampling import make_warper
+    from specjax.decoding import AutoregressiveDecoder, make_warper
 
     greedy = make_warper(0.0)
     fast = dataclasses.replace(decoder, warper=greedy)

@@ -238,8 +238,7 @@ def calibrate(
     Returns:
       `Calibration`; printed when `verbose`.
     """
-    from specjax.decoding.acceptance import speculative_accept
-    from specjax.decoding.block import block_accept
+    from specjax.decoding import block_accept, speculative_accept
     from specjax.testing.biased import BIASED, biased_accept
 
     common = dict(vocab=vocab, gammas=gammas, draws=draws, seed=seed, kinds=kinds)
