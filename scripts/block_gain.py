@@ -61,8 +61,8 @@ from specjax.decoding import (
     SpeculativeDecoder,  # noqa: E402
     make_warper,  # noqa: E402
 )
-from specjax.decoding.block import expected_accepted, stop_chances  # noqa: E402
 from specjax.decoding.rules import accept_rule  # noqa: E402
+from specjax.decoding.rules.block import expected_accepted, stop_chances  # noqa: E402
 from specjax.training import zoo  # noqa: E402
 
 _DRAFTS = flags.DEFINE_list("drafts", ["mini_draft", "mini_draft_distilled"], "Drafts.")

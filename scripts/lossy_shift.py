@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import functools
 
-from specjax.decoding import lossy
+from specjax.decoding.rules import lossy
 from specjax.testing import law
 
 SETTINGS = {

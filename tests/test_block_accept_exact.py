@@ -26,7 +26,7 @@ from stream_law import BLOCK_BUGS, block_law, make_case, tokenwise_law
 from test_acceptance_exact import _bad_cases
 
 from specjax.decoding import block_accept, speculative_accept
-from specjax.decoding.block import expected_accepted, stop_chances
+from specjax.decoding.rules.block import expected_accepted, stop_chances
 
 KINDS = ("prefix", "sparse", "one_hot_p", "p_equals_q", "deterministic", "bf16", "ragged")
 KEYS = [jax.random.key(seed) for seed in (0, 1, 2, 12345)]

@@ -17,14 +17,8 @@ import numpy as np
 import pytest
 
 from specjax import testing
-from specjax.decoding import (
-    LossyRuleWarning,
-    SpeculativeDecoder,
-    lossy,
-    make_warper,
-    speculative_accept,
-)
-from specjax.decoding.rules import BoundRule, accept_rule, is_lossless
+from specjax.decoding import LossyRuleWarning, SpeculativeDecoder, make_warper, speculative_accept
+from specjax.decoding.rules import BoundRule, accept_rule, is_lossless, lossy
 from specjax.models import TransformerConfig, TransformerLM
 
 

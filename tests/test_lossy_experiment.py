@@ -8,7 +8,8 @@ import pytest
 
 from experiments.lossy import run
 from specjax import testing
-from specjax.decoding import lossy, make_warper
+from specjax.decoding import make_warper
+from specjax.decoding.rules import lossy
 
 
 def test_first_token_laws_are_the_models_next_token_rows():

@@ -44,8 +44,8 @@ from specjax.checkpoint import load_model
 from specjax.data import load_corpus
 from specjax.data.batches import sample_prompts
 from specjax.data.tokenizer import ByteTokenizer
-from specjax.decoding import lossy, make_warper
-from specjax.decoding.rules import accept_rule
+from specjax.decoding import make_warper
+from specjax.decoding.rules import accept_rule, lossy
 from specjax.plotting import Series, save_line_plot
 from specjax.testing import law
 

@@ -35,11 +35,9 @@ The seams (see each module's docstring):
     uses (2 sqrt(V) Gumbels per row); `argmax.py`: `first_argmax`, a vectorised `jnp.argmax`.
 """
 
-from specjax.decoding.acceptance import residual_distribution, speculative_accept
 from specjax.decoding.adaptive_drafter import AdaptiveDrafter
 from specjax.decoding.autoregressive import AutoregressiveDecoder
 from specjax.decoding.beam import BeamResult, BeamSearchDecoder, BeamState
-from specjax.decoding.block import block_accept
 from specjax.decoding.drafters import (
     Drafter,
     LookupDrafter,
@@ -57,6 +55,10 @@ from specjax.decoding.gamma_policy import (
 from specjax.decoding.hierarchical import SpeculativeDrafter
 from specjax.decoding.lookup_tree import LookupTreeDrafter
 from specjax.decoding.loop import Decoder, LoopState, generate, stream
+from specjax.decoding.rules._common import residual_distribution
+from specjax.decoding.rules.acceptance import speculative_accept
+from specjax.decoding.rules.block import block_accept
+from specjax.decoding.rules.tree import tree_accept
 from specjax.decoding.sampling import (
     Greedy,
     Temperature,
@@ -71,7 +73,7 @@ from specjax.decoding.speculative import LossyRuleWarning, SpeculativeDecoder
 from specjax.decoding.speculative_beam import SpeculativeBeamDecoder
 from specjax.decoding.state import DecodeStats, GenerationResult, Sequences
 from specjax.decoding.stats import summarize_stats
-from specjax.decoding.tree import TokenTree, tree_accept
+from specjax.decoding.tree import TokenTree
 from specjax.decoding.tree_decoder import TreeSpeculativeDecoder
 from specjax.decoding.tree_drafter import TreeDrafter
 from specjax.decoding.tree_search import (

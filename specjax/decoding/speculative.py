@@ -30,10 +30,10 @@ import jax.numpy as jnp
 from flax import struct
 
 from specjax.decoding import loop, rules
-from specjax.decoding.acceptance import speculative_accept
 from specjax.decoding.adaptive_drafter import AdaptiveDrafter, check_policy
 from specjax.decoding.drafters import Drafter, ModelDrafter, Verdict, is_drafter
 from specjax.decoding.loop import LoopState
+from specjax.decoding.rules.acceptance import speculative_accept
 from specjax.decoding.sampling import Warper
 from specjax.decoding.state import GenerationResult, emit, last_tokens
 from specjax.decoding.verify_width import check_widths, score_to_longest

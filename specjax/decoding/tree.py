@@ -1,32 +1,18 @@
-"""Token trees and their lossless verification (SpecInfer's and Sequoia's multi-draft rules).
+"""Token-tree topology: `TokenTree`, the inputs that score its nodes, and how children are drawn.
 
 A chain proposes one future; a token tree proposes several at each position, and the target
-scores every node in the one call it makes anyway (each node attends to the committed prefix
-and its own ancestors: SpecInfer's topology-aware causal mask, `tree_inputs`). `tree_accept`
-then walks down from the root, at each node trying its children in rank order:
-
-    r <- p(node)                                   # the residual, initially the target's p
-    for each child x (rank order), drawn from Q:
-        accept with probability min(1, r(x) / Q(x))  -> descend into x, repeat there
-        else r <- norm(max(0, r - Q))                 (kept as it is if that has no mass)
-    no child accepted: emit one token from r; reached a leaf: emit a bonus token from its p.
-
-Q is the true law of the child given everything before its trial (ALGORITHMS.md §0: under that
-condition every trial keeps the emitted token distributed as r, so the node emits exactly p, and
-descending repeats the argument one level down):
-  * `replacement=True` (SpecInfer's multi-step speculative sampling): siblings are independent
-    draws, each from its own q (`draft_probs` of that child); duplicates are separate trials.
-  * `replacement=False` (Sequoia): siblings are drawn without replacement from the parent's one
-    q; after a rejected x the proposal becomes Q <- norm(Q with Q(x) = 0), *after* the residual
-    update (the other order is biased). Once every token of supp q has been tried, Q is uniform
-    over the untried tokens: `TreeDrafter` draws such children that way (a Gumbel race in which
-    tokens outside the support lose to every token inside it), so the rule stays exact.
-  * `draft_probs=None`: deterministic proposals (a draft's top-k, prompt-lookup matches): Q is a
-    point mass, so x is accepted with probability r(x) and rejected x is removed from r.
+scores every node in the one call it makes anyway: each node attends to the committed prefix and
+its own ancestors (SpecInfer's topology-aware causal mask, `tree_inputs`). The tree's lossless
+verification is `specjax.decoding.rules.tree.tree_accept`; its drafters are in this room
+(`drafter.py`: a model, `lookup.py`: prompt lookup), and `search.py` finds Sequoia's optimal
+tree for a measured acceptance-by-rank vector.
 
 Node 0 is the root: the last committed token, whose successor is being guessed. Under specjax's
 pending-token invariant it is not yet in the target's cache, so a tree over a row of L tokens is
 written at cache slots L - 1 + i (node i) with positions L - 1 + depth(i).
+
+`draw_children` draws the children of a level from the draft's q: independently (SpecInfer), or
+without replacement by a Gumbel race (Sequoia), in the law `tree_accept` verifies them with.
 """
 
 from __future__ import annotations
@@ -38,8 +24,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax import checks
-from specjax.decoding.acceptance import _normalise, residual_distribution
 from specjax.decoding.categorical import GUMBEL_MODE
 from specjax.decoding.sampling import sample_from_probs
 
@@ -229,144 +213,6 @@ def tree_inputs(tree: TokenTree, starts: jax.Array, max_len: int, nodes=None):
     seen = jnp.take(ancestors, jnp.clip(offset, 0, tree.num_nodes - 1), axis=1)  # [T, b, max_len]
     seen = jnp.swapaxes(seen, 0, 1) & in_tree[:, None, :]  # [batch, T, max_len]
     return positions.astype(jnp.int32), seen | (offset < 0)[:, None, :]
-
-
-def _check_args(tree, node_tokens, draft_probs, target_probs, valid) -> None:
-    if not isinstance(tree, TokenTree):
-        raise TypeError(f"tree must be a TokenTree; got {tree!r}")
-    n = tree.num_nodes
-    checks.check_rank("node_tokens", node_tokens, 2, "[batch, num_nodes]")
-    checks.check_int("node_tokens", node_tokens)
-    batch = node_tokens.shape[0]
-    if node_tokens.shape[1] != n:
-        raise ValueError(
-            f"node_tokens must have shape [batch, num_nodes] = [{batch}, {n}] for a tree of {n} "
-            f"nodes; got {tuple(node_tokens.shape)}"
-        )
-    layout = "[batch, num_nodes, vocab]"
-    checks.check_distributions("target_probs", target_probs, (batch, n), layout, require_mass=True)
-    vocab = target_probs.shape[-1]
-    if draft_probs is not None:
-        checks.check_distributions("draft_probs", draft_probs, (batch, n), layout, vocab)
-    if valid is not None:
-        checks.check_shape("valid", valid, (batch, n), "[batch, num_nodes]")
-    if checks.is_concrete(node_tokens) and n > 1:
-        lo, hi = checks.value_range(node_tokens[:, 1:])
-        if lo < 0 or hi >= vocab:
-            raise ValueError(f"node_tokens must lie in [0, {vocab}); got values in [{lo}, {hi}]")
-
-
-def _accept_row(key, tree, replacement, tokens, q, p, valid):
-    """tree_accept for one row: tokens [N], q [N, V] | None, p [N, V], valid [N]."""
-    n, vocab = p.shape
-    depth_max = tree.max_depth
-    slots = jnp.asarray(tree.child_slots())  # [N, B]
-    k_coin, k_final = jax.random.split(key)
-    coins = jax.random.uniform(k_coin, (n,), jnp.float32)  # one per node: each is tried once
-
-    def try_child(carry, slot):
-        node, r, dq, tried, chosen = carry
-        child = slots[node, slot]
-        safe = jnp.maximum(child, 0)
-        x = tokens[safe]
-        live = (child >= 0) & valid[safe] & (chosen < 0)
-        if q is None:
-            trial = jax.nn.one_hot(x, vocab, dtype=jnp.float32)
-        elif replacement:
-            trial = q[safe]
-        else:
-            trial = dq
-        ok = live & (coins[safe] * trial[x] < r[x])
-        rejected = live & ~ok
-        # The residual first, with the proposal the child was drawn from (before removing x).
-        r = jnp.where(rejected, residual_distribution(r, trial), r)  # empty: r itself
-        if q is not None and not replacement:
-            tried = tried | (rejected & (jnp.arange(vocab) == x))
-            reduced = jnp.where(tried, 0.0, dq)
-            untried = (~tried).astype(jnp.float32)
-            reduced = jnp.where(reduced.sum() > 0, reduced, untried)
-            dq = jnp.where(rejected, _normalise(reduced), dq)
-        chosen = jnp.where(ok, child, chosen)
-        return (node, r, dq, tried, chosen), None
-
-    def level(carry, _):
-        node, done, path, count, r_out = carry
-        r = p[node]
-        first = jnp.maximum(slots[node, 0], 0)
-        dq = q[first] if q is not None else jnp.zeros((vocab,), jnp.float32)
-        start = (node, r, dq, jnp.zeros((vocab,), bool), jnp.int32(-1))
-        (_, r, _, _, chosen), _ = jax.lax.scan(try_child, start, jnp.arange(slots.shape[1]))
-        chosen = jnp.where(done, -1, chosen)
-        stop = ~done & (chosen < 0)
-        r_out = jnp.where(stop, r, r_out)
-        path = jnp.where(chosen >= 0, path.at[count + 1].set(chosen), path)
-        count = jnp.where(chosen >= 0, count + 1, count)
-        node = jnp.where(chosen >= 0, chosen, node)
-        return (node, done | stop, path, count, r_out), None
-
-    path0 = jnp.full((depth_max + 1,), -1, jnp.int32).at[0].set(0)
-    init = (jnp.int32(0), jnp.zeros((), bool), path0, jnp.int32(0), jnp.zeros((vocab,)))
-    (node, done, path, count, r_out), _ = jax.lax.scan(level, init, None, length=depth_max)
-    final = jnp.where(done, r_out, p[node])  # a leaf reached: its bonus distribution
-    token = sample_from_probs(k_final, final)
-    emitted = jnp.take(tokens, jnp.maximum(path, 0))  # [depth_max + 1] node tokens on the path
-    return jnp.roll(emitted, -1), count, path, token
-
-
-def tree_accept(
-    key: jax.Array,
-    tree: TokenTree,
-    node_tokens: jax.Array,
-    draft_probs: jax.Array | None,
-    target_probs: jax.Array,
-    *,
-    replacement: bool = True,
-    fill_value: int = -1,
-    valid: jax.Array | None = None,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Verifies a token tree so the emitted tokens are distributed exactly as the target's.
-
-    Args:
-      key: a PRNG key (rows draw independent randomness from it).
-      tree: the static topology.
-      node_tokens: int [batch, N] the token at each node (entry 0, the root, is ignored).
-      draft_probs: float [batch, N, vocab]: for node i >= 1 the distribution its token was drawn
-        from (with `replacement=False`: the parent's unreduced q, the same for all siblings);
-        None for deterministic proposals (point masses).
-      target_probs: float [batch, N, vocab] p of the token after the prefix ending at node i.
-        float32 or bfloat16; rows are renormalised in float32.
-      replacement: True: siblings were drawn independently (SpecInfer); False: without
-        replacement from one q (Sequoia). Irrelevant when draft_probs is None.
-      fill_value: written to tokens[b, n + 1:].
-      valid: bool [batch, N] nodes that were proposed (None: all). An invalid node is never
-        tried, so a drafter may propose fewer children (a prompt lookup with fewer matches).
-
-    Returns:
-      tokens: int32 [batch, max_depth + 1]; tokens[b, :n + 1] are emitted (the n accepted tokens
-        along the path, then the residual or bonus token), the rest `fill_value`.
-      num_accepted: int32 [batch], n in [0, max_depth].
-      path: int32 [batch, max_depth + 1]: path[b, 0] = 0, then the accepted nodes, the rest -1.
-    """
-    _check_args(tree, node_tokens, draft_probs, target_probs, valid)
-    batch, n = node_tokens.shape
-    tokens = node_tokens.astype(jnp.int32)
-    p = _normalise(target_probs.astype(jnp.float32))
-    q = None if draft_probs is None else _normalise(draft_probs.astype(jnp.float32))
-    valid = jnp.ones((batch, n), bool) if valid is None else valid.astype(bool)
-    if tree.max_depth == 0:  # the root alone: one plain sample from p
-        token = sample_from_probs(key, p[:, 0])
-        return token[:, None], jnp.zeros((batch,), jnp.int32), jnp.zeros((batch, 1), jnp.int32)
-    keys = jax.random.split(key, batch)
-    row = functools.partial(_accept_row, tree=tree, replacement=bool(replacement))
-    in_q = 0 if q is not None else None
-    out, count, path, token = jax.vmap(
-        lambda k, t, qq, pp, v: row(k, tokens=t, q=qq, p=pp, valid=v),
-        in_axes=(0, 0, in_q, 0, 0),
-    )(keys, tokens, q, p, valid)
-    c = count[:, None]
-    index = jnp.arange(tree.max_depth + 1)[None, :]
-    out = jnp.where(index < c, out, jnp.where(index == c, token[:, None], fill_value))
-    return out.astype(jnp.int32), count.astype(jnp.int32), path.astype(jnp.int32)
 
 
 def draw_children(key, probs, num, *, replacement: bool):

@@ -21,10 +21,11 @@ import numpy as np
 
 from specjax.decoding import loop
 from specjax.decoding.drafters import is_drafter
+from specjax.decoding.rules.tree import tree_accept
 from specjax.decoding.sampling import Warper
 from specjax.decoding.speculative import SpeculativeSteps
 from specjax.decoding.state import last_tokens
-from specjax.decoding.tree import TokenTree, tree_accept, tree_inputs
+from specjax.decoding.tree import TokenTree, tree_inputs
 from specjax.decoding.tree_drafter import CHILDREN_MODES, TreeDrafter
 from specjax.models.interface import check_pair, check_vocab
 from specjax.models.kv_cache import rollback

@@ -15,16 +15,24 @@ shape); `BIASED` names them:
   "contiguous_prefix": block verification with τ = the position before the first failed coin
     (accept a contiguous prefix) instead of the last successful coin.
 
-Written independently of `specjax.decoding`; deterministic drafts (`draft_probs=None`) are point
-masses, `num_drafted` is honoured.
+Each variant's decision is written independently of `specjax.decoding`'s rules; only the
+scaffolding every rule shares (float32 laws, the residual, the output layout:
+`specjax/decoding/rules/_common.py`) is reused. Deterministic drafts (`draft_probs=None`) are
+point masses, `num_drafted` is honoured.
 """
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
+
+from specjax.decoding.rules._common import (
+    accepted_prefix,
+    assemble_tokens,
+    at_tokens,
+    distributions,
+    weighted_residual,
+)
 
 BIASED = {
     "no_residual": 1,
@@ -35,19 +43,6 @@ BIASED = {
 }
 
 SCALE = 0.8  # the "scaled_ratio" variant's factor
-
-
-def _normalise(x: jax.Array) -> jax.Array:
-    x = x.astype(jnp.float32)
-    mass = x.sum(-1, keepdims=True)
-    return x / jnp.where(mass > 0, mass, 1.0)
-
-
-def _residual(weight, p, q):
-    """norm(max(weight p - q, 0)), p where that has no mass."""
-    r = jnp.maximum(weight * p - q, 0.0)
-    mass = r.sum(-1, keepdims=True)
-    return jnp.where(mass > 0, r / jnp.where(mass > 0, mass, 1.0), p)
 
 
 def biased_accept(
@@ -62,17 +57,11 @@ def biased_accept(
 ) -> tuple[jax.Array, jax.Array]:
     """A biased rule chosen by `variant` (an int32 scalar, a value of BIASED); see module doc."""
     batch, gamma = draft_tokens.shape
-    vocab = target_probs.shape[-1]
-    draft_tokens = draft_tokens.astype(jnp.int32)
-    p = _normalise(target_probs)  # [batch, gamma + 1, vocab]
-    if draft_probs is None:
-        q = jax.nn.one_hot(draft_tokens, vocab, dtype=jnp.float32)
-    else:
-        q = _normalise(draft_probs)  # [batch, gamma, vocab]
+    # p [batch, gamma + 1, vocab], q [batch, gamma, vocab], float32 and renormalised.
+    draft_tokens, q, p = distributions(draft_tokens, draft_probs, target_probs)
     d = jnp.full((batch,), gamma, jnp.int32) if num_drafted is None else num_drafted
     d = d.astype(jnp.int32)
-    gather = functools.partial(jnp.take_along_axis, indices=draft_tokens[..., None], axis=-1)
-    p_x, q_x = gather(p[:, :gamma])[..., 0], gather(q)[..., 0]  # [batch, gamma]
+    p_x, q_x = at_tokens(p[:, :gamma], draft_tokens), at_tokens(q, draft_tokens)  # [b, gamma]
     ratio = p_x / jnp.where(q_x > 0, q_x, 1.0)
     idx = jnp.arange(1, gamma + 1)[None]  # [1, gamma]: position i of column i - 1
     drafted = idx <= d[:, None]
@@ -82,7 +71,7 @@ def biased_accept(
     # Token-wise variants: n = consecutive accepted coins.
     scale = jnp.where(variant == BIASED["scaled_ratio"], SCALE, 1.0)
     coin = (u < jnp.minimum(1.0, scale * ratio)) & drafted
-    n_token = jnp.sum(jnp.cumprod(coin.astype(jnp.int32), axis=1), axis=1)
+    n_token = accepted_prefix(coin)
 
     # Block variants: b_i, h_i, τ.
     weights = [jnp.ones((batch,))]
@@ -99,7 +88,7 @@ def biased_accept(
     h = jnp.where(idx < d[:, None], mid, jnp.where(idx == d[:, None], b[:, 1:], 0.0))
     ok = u < h
     tau_last = jnp.max(jnp.where(ok, idx, 0), axis=1)
-    tau_contiguous = jnp.sum(jnp.cumprod(ok.astype(jnp.int32), axis=1), axis=1)
+    tau_contiguous = accepted_prefix(ok)
     n_block = jnp.where(variant == BIASED["contiguous_prefix"], tau_contiguous, tau_last)
 
     tokenwise = variant <= BIASED["scaled_ratio"]
@@ -109,11 +98,7 @@ def biased_accept(
     q_n = jnp.pad(q, ((0, 0), (0, 1), (0, 0)))[rows, n]
     q_n = jnp.where((n < d)[:, None], q_n, 0.0)  # all drafted accepted: the bonus from p
     weight = jnp.where(tokenwise | (variant == BIASED["residual_without_b"]), 1.0, b[rows, n])
-    dist = _residual(weight[:, None], p_n, q_n)
+    dist = weighted_residual(p_n, q_n, weight[:, None])
     dist = jnp.where((variant == BIASED["no_residual"]) | (n == d)[:, None], p_n, dist)
     y = jax.random.categorical(k_y, jnp.log(dist), axis=-1)
-    pos = jnp.arange(gamma + 1)[None]
-    padded = jnp.pad(draft_tokens, ((0, 0), (0, 1)))
-    nn = n[:, None]
-    tokens = jnp.where(pos < nn, padded, jnp.where(pos == nn, y[:, None], fill_value))
-    return tokens.astype(jnp.int32), n.astype(jnp.int32)
+    return assemble_tokens(draft_tokens, n, y, fill_value), n.astype(jnp.int32)

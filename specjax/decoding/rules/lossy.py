@@ -25,24 +25,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax import checks
-from specjax.decoding.acceptance import (
-    _check_args,
-    _distributions,
-    _normalise,
+from specjax.decoding.rules._common import (
+    accepted_prefix,
+    assemble_tokens,
+    at_tokens,
+    check_args,
+    check_unit,
+    distributions,
+    normalise,
     residual_distribution,
 )
 from specjax.decoding.sampling import sample_from_probs
-
-
-def _check_unit(name: str, value, *, closed_low: bool = False) -> None:
-    """value in (0, 1] (or [0, 1] with closed_low) when concrete; raises naming the argument."""
-    if isinstance(value, jax.Array) and not checks.is_concrete(value):
-        return
-    v = float(value)
-    if not ((0.0 <= v if closed_low else 0.0 < v) and v <= 1.0):
-        low = "[0" if closed_low else "(0"
-        raise ValueError(f"{name} must lie in {low}, 1]; got {value}")
 
 
 def _emit(key, draft_tokens, accepted, p, correction_fn, num_drafted, fill_value):
@@ -51,19 +44,12 @@ def _emit(key, draft_tokens, accepted, p, correction_fn, num_drafted, fill_value
     batch, gamma = draft_tokens.shape
     if num_drafted is not None:
         accepted = accepted & (jnp.arange(gamma)[None, :] < num_drafted[:, None])
-    n = jnp.sum(jnp.cumprod(accepted.astype(jnp.int32), axis=-1), axis=-1)  # [batch]
+    n = accepted_prefix(accepted)  # [batch]
     d = jnp.full((batch,), gamma, jnp.int32) if num_drafted is None else num_drafted
     p_n = jnp.take_along_axis(p, n[:, None, None], axis=1)[:, 0]  # [batch, vocab]
     dist = jnp.where((n < d)[:, None], correction_fn(n, p_n), p_n)
     next_token = sample_from_probs(key, dist)
-    positions = jnp.arange(gamma + 1)[None, :]
-    drafted = jnp.pad(draft_tokens, ((0, 0), (0, 1)))
-    tokens = jnp.where(
-        positions < n[:, None],
-        drafted,
-        jnp.where(positions == n[:, None], next_token[:, None], fill_value),
-    )
-    return tokens.astype(jnp.int32), n.astype(jnp.int32)
+    return assemble_tokens(draft_tokens, n, next_token, fill_value), n.astype(jnp.int32)
 
 
 def lenient_accept(
@@ -89,14 +75,14 @@ def lenient_accept(
     Raises:
       ValueError: lenience outside (0, 1] (named in the message), or bad shapes.
     """
-    _check_unit("lenience", lenience)
-    _check_args(draft_tokens, draft_probs, target_probs, num_drafted)
+    check_unit("lenience", lenience)
+    check_args(draft_tokens, draft_probs, target_probs, num_drafted)
     batch, gamma = draft_tokens.shape
-    draft_tokens, q, p = _distributions(draft_tokens, draft_probs, target_probs)
+    draft_tokens, q, p = distributions(draft_tokens, draft_probs, target_probs)
     lq = lenience * q
     k_accept, k_sample = jax.random.split(key)
-    p_x = jnp.take_along_axis(p[:, :gamma], draft_tokens[..., None], axis=-1)[..., 0]
-    lq_x = jnp.take_along_axis(lq, draft_tokens[..., None], axis=-1)[..., 0]
+    p_x = at_tokens(p[:, :gamma], draft_tokens)  # [batch, gamma]
+    lq_x = at_tokens(lq, draft_tokens)  # [batch, gamma]
     u = jax.random.uniform(k_accept, (batch, gamma), jnp.float32)
     accepted = u * lq_x < p_x  # u < p / (l q), without dividing
 
@@ -134,13 +120,13 @@ def typical_accept(
     Raises:
       ValueError: epsilon or delta outside (0, 1] (named in the message), or bad shapes.
     """
-    _check_unit("epsilon", epsilon)
-    _check_unit("delta", delta)
-    _check_args(draft_tokens, draft_probs, target_probs, num_drafted)
+    check_unit("epsilon", epsilon)
+    check_unit("delta", delta)
+    check_args(draft_tokens, draft_probs, target_probs, num_drafted)
     gamma = draft_tokens.shape[1]
     draft_tokens = draft_tokens.astype(jnp.int32)
-    p = _normalise(target_probs.astype(jnp.float32))
-    p_x = jnp.take_along_axis(p[:, :gamma], draft_tokens[..., None], axis=-1)[..., 0]
+    p = normalise(target_probs.astype(jnp.float32))
+    p_x = at_tokens(p[:, :gamma], draft_tokens)  # [batch, gamma]
     accepted = p_x > typical_threshold(p[:, :gamma], epsilon, delta)
     return _emit(key, draft_tokens, accepted, p, lambda n, p_n: p_n, num_drafted, fill_value)
 
@@ -161,7 +147,7 @@ def lenient_first_token_law(p1, q1, lenience: float) -> np.ndarray:
     r = norm(max(p - l q, 0)) (p where that has no mass). A deterministic draft is q1 = one-hot.
     Rows: p1, q1 [..., vocab].
     """
-    _check_unit("lenience", lenience)
+    check_unit("lenience", lenience)
     p, q = _as_laws(p1, q1)
     accept = np.minimum(q, p / lenience)  # q(y) min(1, p / (l q)), 0 where q = 0
     alpha = accept.sum(-1, keepdims=True)
@@ -176,8 +162,8 @@ def typical_first_token_law(p1, q1, epsilon: float = 0.09, delta: float = 0.3) -
 
     P(y) = q(y) [p(y) > τ] + (Σ_x q(x) [p(x) <= τ]) p(y), τ = min(ε, δ exp(-H(p))).
     """
-    _check_unit("epsilon", epsilon)
-    _check_unit("delta", delta)
+    check_unit("epsilon", epsilon)
+    check_unit("delta", delta)
     p, q = _as_laws(p1, q1)
     logp = np.log(np.where(p > 0, p, 1.0))
     tau = np.minimum(epsilon, delta * np.exp(np.sum(p * logp, -1, keepdims=True)))

@@ -1,13 +1,21 @@
-"""Acceptance rules by name, for configs and command lines: `accept_rule("block")`.
+"""Acceptance rules: the room, and the registry by name for configs and command lines.
 
-A rule is a function with `speculative_accept`'s signature and return, which a decoder takes as
-its static `accept` field. A name is "NAME" or "NAME:ARGS", ARGS separated by "," or "/" (the
-slash fits inside a comma-separated config string, `--config=...:accept=typical:0.09/0.3`). The
-registry is a dict of small factories, so a new rule is one entry (the lossy contrasts
-"lenient:0.5" and "typical:0.09,0.3" of `specjax.decoding.lossy` are two); an unknown name or
-a wrong argument count raises a ValueError that lists the names; a bad value names the argument.
-Every rule carries a `lossless` marker (`is_lossless(rule)`: True, False for the lossy ones, None
-for a user's unmarked rule), so a caller can say beside its numbers that a run was lossy.
+The room holds one rule per file, each with `speculative_accept`'s signature and return except
+the tree rule: `acceptance.py` (token-wise, Leviathan et al. 2023), `block.py` (block
+verification, Sun et al. 2024), `lossy.py` (the lossy contrasts), `tree.py` (`tree_accept`,
+SpecInfer's and Sequoia's multi-draft rule), and `_common.py`, the scaffolding they share
+(argument checks, float32 laws, residuals, the output layout). A new rule is one new file here
+and, to be selectable by name, one entry in `RULES` below.
+
+`accept_rule("block")`: a rule is a function with `speculative_accept`'s signature and return,
+which a decoder takes as its static `accept` field. A name is "NAME" or "NAME:ARGS", ARGS
+separated by "," or "/" (the slash fits inside a comma-separated config string,
+`--config=...:accept=typical:0.09/0.3`). The registry is a dict of small factories, so a new
+rule is one entry (the lossy contrasts "lenient:0.5" and "typical:0.09,0.3" of
+`specjax.decoding.rules.lossy` are two); an unknown name or a wrong argument count raises a
+ValueError that lists the names; a bad value names the argument. Every rule carries a
+`lossless` marker (`is_lossless(rule)`: True, False for the lossy ones, None for a user's
+unmarked rule), so a caller can say beside its numbers that a run was lossy.
 """
 
 from __future__ import annotations
@@ -15,9 +23,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from specjax.decoding import lossy
-from specjax.decoding.acceptance import speculative_accept
-from specjax.decoding.block import block_accept
+from specjax.decoding.rules import lossy
+from specjax.decoding.rules._common import check_unit
+from specjax.decoding.rules.acceptance import speculative_accept
+from specjax.decoding.rules.block import block_accept
 
 
 def _no_args(rule: Callable) -> Callable[..., Callable]:
@@ -56,7 +65,7 @@ class BoundRule:
 def _lenient(*args: float) -> Callable:
     if len(args) != 1:
         raise ValueError(f"takes one argument, lenience in (0, 1]; got {list(args)}")
-    lossy._check_unit("lenience", args[0])
+    check_unit("lenience", args[0])
     return BoundRule(lossy.lenient_accept, (("lenience", float(args[0])),))
 
 
@@ -66,8 +75,8 @@ def _typical(*args: float) -> Callable:
             f"takes two arguments, epsilon and delta (e.g. 0.09,0.3); got {list(args)}"
         )
     epsilon, delta = args or (0.09, 0.3)
-    lossy._check_unit("epsilon", epsilon)
-    lossy._check_unit("delta", delta)
+    check_unit("epsilon", epsilon)
+    check_unit("delta", delta)
     return BoundRule(lossy.typical_accept, (("epsilon", float(epsilon)), ("delta", float(delta))))
 
 

@@ -81,7 +81,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from specjax.decoding.acceptance import _check_args, _distributions
+from specjax.decoding.rules._common import (
+    assemble_tokens,
+    at_tokens,
+    check_args,
+    distributions,
+    weighted_residual,
+)
 from specjax.decoding.sampling import sample_from_probs
 
 
@@ -127,8 +133,8 @@ def stop_chances(
       h: float32 [batch, gamma], column i - 1 = h_i.
     """
     gamma = draft_tokens.shape[1]
-    p_x = jnp.take_along_axis(p[:, :gamma], draft_tokens[..., None], axis=-1)[..., 0]  # [b, g]
-    q_x = jnp.take_along_axis(q, draft_tokens[..., None], axis=-1)[..., 0]  # [batch, gamma]
+    p_x = at_tokens(p[:, :gamma], draft_tokens)  # [batch, gamma]
+    q_x = at_tokens(q, draft_tokens)  # [batch, gamma]
     b = block_weights(p_x, q_x)  # [batch, gamma + 1], b[:, i] = b_i
 
     # ρ_i for i = 0..gamma-1 (column i pairs b_i with p_{i+1}, q_{i+1}: p[:, i], q[:, i]).
@@ -149,13 +155,6 @@ def expected_accepted(h: jax.Array) -> jax.Array:
     """E[τ | drafts] = Σ_i P(τ >= i) = Σ_i (1 − Π_{j>=i} (1 − h_j)) from h [..., gamma]."""
     survive = jnp.cumprod((1.0 - h)[..., ::-1], axis=-1)[..., ::-1]  # Π_{j>=i} (1 − h_j)
     return jnp.sum(1.0 - survive, axis=-1)
-
-
-def _masked_residual(p_row: jax.Array, q_row: jax.Array, weight: jax.Array) -> jax.Array:
-    """norm(max(weight p − q, 0)), falling back to p where it has no mass (see module doc)."""
-    residual = jnp.maximum(weight[:, None] * p_row - q_row, 0.0)  # [batch, vocab]
-    mass = residual.sum(-1, keepdims=True)
-    return jnp.where(mass > 0, residual / jnp.where(mass > 0, mass, 1.0), p_row)
 
 
 def block_accept(
@@ -190,10 +189,10 @@ def block_accept(
         correction or bonus token), the rest `fill_value`.
       num_accepted: int32 [batch], n = τ in [0, gamma].
     """
-    _check_args(draft_tokens, draft_probs, target_probs, num_drafted)
+    check_args(draft_tokens, draft_probs, target_probs, num_drafted)
     batch, gamma = draft_tokens.shape
     # As in speculative_accept: float32, renormalised (bf16 rows sum to 1 +- 2e-3).
-    draft_tokens, q, p = _distributions(draft_tokens, draft_probs, target_probs)  # [b, g(+1), V]
+    draft_tokens, q, p = distributions(draft_tokens, draft_probs, target_probs)  # [b, g(+1), V]
     drafted = jnp.full((batch,), gamma, jnp.int32) if num_drafted is None else num_drafted
     drafted = drafted.astype(jnp.int32)  # [batch]
 
@@ -212,17 +211,11 @@ def block_accept(
     b_tau = jnp.take_along_axis(b, tau[:, None], axis=1)[:, 0]  # [batch]
     # τ = d: every drafted token kept, the bonus comes from p at the row's own length.
     dist = jnp.where(
-        (tau == drafted)[:, None], p_next, _masked_residual(p_next, q_next, b_tau)
+        (tau == drafted)[:, None], p_next, weighted_residual(p_next, q_next, b_tau[:, None])
     )  # [batch, vocab]
     next_token = sample_from_probs(key_sample, dist)  # [batch]
 
-    positions = jnp.arange(gamma + 1)[None, :]  # [1, gamma + 1]
-    padded = jnp.pad(draft_tokens, ((0, 0), (0, 1)))  # [batch, gamma + 1]
-    n = tau[:, None]
-    tokens = jnp.where(
-        positions < n, padded, jnp.where(positions == n, next_token[:, None], fill_value)
-    )
-    return tokens.astype(jnp.int32), tau
+    return assemble_tokens(draft_tokens, tau, next_token, fill_value), tau
 
 
 # Registry marker (`specjax.decoding.rules.is_lossless`): this rule is exact.
