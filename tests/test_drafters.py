@@ -42,7 +42,7 @@ from specjax.decoding import (
     Verdict,
     speculative_accept,
 )
-from specjax.decoding.drafters import is_drafter
+from specjax.decoding.drafters.base import is_drafter
 from specjax.decoding.state import init_sequences
 
 KEY = jax.random.PRNGKey(11)

@@ -1,4 +1,4 @@
-"""Hierarchical speculation (decoding/hierarchical.py): greedy exactness, depth, EOS, errors.
+"""Hierarchical speculation (drafters/hierarchical.py): greedy exactness, depth, EOS, errors.
 
 Random-weight models of tests/decoding_setup.py on its ragged prompts. The sampled law (with
 the biased q = residual negative control) is tests/test_hierarchical_sampling.py.

@@ -38,7 +38,7 @@ from specjax.decoding import (
     TokenTree,
     TreeSpeculativeDecoder,
 )
-from specjax.decoding.drafters import NoState
+from specjax.decoding.drafters.base import NoState
 from specjax.decoding.state import init_sequences
 from specjax.models import PromptLookupLM
 

@@ -18,7 +18,7 @@ The seams (see each module's docstring):
     call by `TreeSpeculativeDecoder`, drafted by a model (`TreeDrafter`) or by prompt lookup
     (`lookup_tree.py`: `LookupTreeDrafter`); `tree_search.py`: Sequoia's optimal tree for a
     measured acceptance-by-rank vector (`optimal_tree`, `expected_accepted`).
-  * `gamma_policy.py`, `adaptive_drafter.py`: adaptive γ (`SpeculativeDecoder(...,
+  * `gamma_policy.py`, `drafters/adaptive.py`: adaptive γ (`SpeculativeDecoder(...,
     gamma_policy=HeuristicGamma())`): per-row draft lengths chosen by a policy, drafted in a
     loop that stops once every row has stopped; `verify_width.py`: verification only as wide
     as the longest drafted row (`verify_widths="auto"`).
@@ -35,24 +35,20 @@ The seams (see each module's docstring):
     uses (2 sqrt(V) Gumbels per row); `argmax.py`: `first_argmax`, a vectorised `jnp.argmax`.
 """
 
-from specjax.decoding.adaptive_drafter import AdaptiveDrafter
 from specjax.decoding.autoregressive import AutoregressiveDecoder
 from specjax.decoding.beam import BeamResult, BeamSearchDecoder, BeamState
-from specjax.decoding.drafters import (
-    Drafter,
-    LookupDrafter,
-    ModelDrafter,
-    Proposal,
-    Verdict,
-)
-from specjax.decoding.gamma_policy import (
+from specjax.decoding.drafters.adaptive import AdaptiveDrafter
+from specjax.decoding.drafters.base import Drafter, Proposal, Verdict
+from specjax.decoding.drafters.gamma_policy import (
     ConfidenceGamma,
     FixedGamma,
     HeuristicGamma,
     TheoryGamma,
     parse_gamma_policy,
 )
-from specjax.decoding.hierarchical import SpeculativeDrafter
+from specjax.decoding.drafters.hierarchical import SpeculativeDrafter
+from specjax.decoding.drafters.lookup import LookupDrafter
+from specjax.decoding.drafters.model import ModelDrafter
 from specjax.decoding.lookup_tree import LookupTreeDrafter
 from specjax.decoding.loop import Decoder, LoopState, generate, stream
 from specjax.decoding.rules._common import residual_distribution

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.decoding.drafters import NoState, Proposal, Verdict
+from specjax.decoding.drafters.base import NoState, Proposal, Verdict
 from specjax.decoding.state import Sequences
 from specjax.decoding.tree import TokenTree
 from specjax.models.prompt_lookup import check_ngram_range, suffix_match_followers

@@ -2,7 +2,7 @@
 
 Each iteration, for every row independently:
   1. propose: the drafter proposes up to γ tokens d_1..d_γ and the q they were drawn from
-     (`decoding/drafters.py`; a plain model becomes a `ModelDrafter`);
+     (`decoding/drafters/base.py`; a plain model becomes a `ModelDrafter`);
   2. score: the target scores [last, d_1..d_γ] in one call, giving p at γ+1 positions;
   3. verify: the acceptance rule (`accept`, default `speculative_accept`) keeps n drafts and adds
      one resampled or bonus token;
@@ -30,8 +30,9 @@ import jax.numpy as jnp
 from flax import struct
 
 from specjax.decoding import loop, rules
-from specjax.decoding.adaptive_drafter import AdaptiveDrafter, check_policy
-from specjax.decoding.drafters import Drafter, ModelDrafter, Verdict, is_drafter
+from specjax.decoding.drafters.adaptive import AdaptiveDrafter, check_policy
+from specjax.decoding.drafters.base import Drafter, Verdict, is_drafter
+from specjax.decoding.drafters.model import ModelDrafter
 from specjax.decoding.loop import LoopState
 from specjax.decoding.rules.acceptance import speculative_accept
 from specjax.decoding.sampling import Warper
@@ -47,7 +48,7 @@ class LossyRuleWarning(UserWarning):
 
 @struct.dataclass
 class StepRecord:
-    """What one speculative step saw, for a hierarchical drafter (`decoding/hierarchical.py`).
+    """What one speculative step saw, for a hierarchical drafter (`drafters/hierarchical.py`).
 
     Attributes:
       p: float32 [batch, width, vocab] the target's warped distribution at each scored position:
@@ -241,9 +242,9 @@ class SpeculativeDecoder(SpeculativeSteps):
         `AdaptiveDrafter.unroll` with a gamma_policy).
       accept: the acceptance rule, a function with `speculative_accept`'s signature and return
         (static: a different rule is a different program).
-      gamma_policy: an adaptive-γ policy (`decoding/gamma_policy.py`) for a model draft: each
-        row drafts 1..gamma tokens per iteration as it decides (`AdaptiveDrafter`), so `gamma`
-        is then gamma_max; None: every row drafts gamma (the plain `ModelDrafter`).
+      gamma_policy: an adaptive-γ policy (`decoding/drafters/gamma_policy.py`) for a model
+        draft: each row drafts 1..gamma tokens per iteration as it decides (`AdaptiveDrafter`),
+        so `gamma` is then gamma_max; None: every row drafts gamma (the plain `ModelDrafter`).
       verify_widths: the widths the target may verify at (`decoding/verify_width.py`).
         "static" (the default): one call of width gamma + 1 whatever was drafted. "auto":
         only as wide as the longest drafted row, from every width 1..gamma when proposals vary

@@ -56,7 +56,8 @@ from specjax.decoding.beam import (
     gather_rows,
     generate_beams,
 )
-from specjax.decoding.drafters import ModelDrafter, Verdict, is_drafter
+from specjax.decoding.drafters.base import Verdict, is_drafter
+from specjax.decoding.drafters.model import ModelDrafter
 from specjax.decoding.loop import LoopState, resolve_cache_len
 from specjax.decoding.sampling import make_warper
 from specjax.decoding.state import last_tokens

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.decoding import loop
-from specjax.decoding.drafters import is_drafter
+from specjax.decoding.drafters.base import is_drafter
 from specjax.decoding.rules.tree import tree_accept
 from specjax.decoding.sampling import Warper
 from specjax.decoding.speculative import SpeculativeSteps

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.decoding.drafters import Proposal, Verdict
+from specjax.decoding.drafters.base import Proposal, Verdict
 from specjax.decoding.sampling import Warper, sample_from_probs
 from specjax.decoding.state import Sequences, last_tokens
 from specjax.decoding.tree import TokenTree, draw_children, tree_inputs

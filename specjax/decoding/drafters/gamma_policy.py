@@ -3,7 +3,7 @@
 The paper fixes γ; its closing section proposes choosing it adaptively (Leviathan et al. 2023,
 §6). A policy here decides two things for every row, inside the jitted loop with static shapes
 (the drafter drafts up to the decoder's `gamma`, `gamma_max`, and masks the rest; see
-`decoding/adaptive_drafter.py`):
+`decoding/drafters/adaptive.py`):
   * `budget(state)`: before drafting, the most tokens this row drafts this iteration, from the
     policy's per-row state (statistics of past iterations);
   * `keep_drafting(confidence)`: after drawing x_k, whether to draw x_{k+1}, from the draft's

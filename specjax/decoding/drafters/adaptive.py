@@ -1,6 +1,6 @@
 """A model drafter whose per-row γ is chosen by a policy, drafting in a loop that stops early.
 
-`AdaptiveDrafter` is `ModelDrafter` with a `GammaPolicy` (`decoding/gamma_policy.py`, which
+`AdaptiveDrafter` is `ModelDrafter` with a `GammaPolicy` (`decoding/drafters/gamma_policy.py`, which
 also says why every policy keeps the output exact). Per iteration and per row:
   1. the policy's `budget` (from its per-row state: past iterations) caps the row's γ_t;
   2. x_1 is drawn as `ModelDrafter` draws it (feeding the pending tokens), then a loop over
@@ -31,8 +31,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specjax.decoding.drafters import ModelDrafter, Proposal, Verdict
-from specjax.decoding.gamma_policy import GammaPolicy, check_gamma_max
+from specjax.decoding.drafters.base import Proposal, Verdict
+from specjax.decoding.drafters.gamma_policy import GammaPolicy, check_gamma_max
+from specjax.decoding.drafters.model import ModelDrafter
 from specjax.decoding.sampling import Warper, sample_from_probs
 from specjax.decoding.state import Sequences
 from specjax.models.interface import per_row_axes, state_logical_axes
@@ -86,7 +87,7 @@ class AdaptiveDrafter:
     Attributes:
       model: the draft model.
       warper: the sampling warper (the decoder's).
-      policy: a γ policy (`decoding/gamma_policy.py`).
+      policy: a γ policy (`decoding/drafters/gamma_policy.py`).
       gamma_max: the most tokens a row drafts (the decoder's `gamma`, a static shape).
       unroll: draft steps as gamma_max - 1 unrolled `lax.cond`s, each skipped once every row
         has stopped (True), or a `lax.while_loop` (False); None: unroll when the draft carries

@@ -58,7 +58,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from specjax.decoding.drafters import Proposal, Verdict
+from specjax.decoding.drafters.base import Proposal, Verdict
 from specjax.decoding.loop import LoopState
 from specjax.decoding.state import Sequences
 from specjax.models.interface import expected_params, position_limit

@@ -1,0 +1,9 @@
+"""Drafters: where proposals come from (the `Drafter` seam of a speculative decoder).
+
+`base.py` is the protocol (`Drafter`, `Proposal`, `Verdict`, `NoState`); each other file is one
+drafter: `model.py` (`ModelDrafter`), `lookup.py` (`LookupDrafter`), `adaptive.py`
+(`AdaptiveDrafter`, per-row γ chosen by a policy of `gamma_policy.py`) and `hierarchical.py`
+(`SpeculativeDrafter`, a speculative decoder as the draft of another). A new drafter is one new
+file here, implementing `base.Drafter`; token-tree drafters live in `specjax/decoding/trees/`.
+Callers import from `specjax.decoding`.
+"""

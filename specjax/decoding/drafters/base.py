@@ -1,0 +1,125 @@
+"""The proposer seam: a `Drafter` proposes tokens, the verifier judges them, `commit` rolls back.
+
+A speculative iteration is propose -> score -> verify -> emit -> commit. The decoder owns the
+target, the acceptance rule and the bookkeeping; everything about *where proposals come from*
+sits behind this protocol:
+
+    vocab_size: int
+    model: the object whose params `propose` takes (a model, or a decoder for a nested drafter);
+        `ShardedDecoder` asks it for `logical_axes()` to place those params
+    init(params, prompts, prompt_lengths, cache_len) -> state        # prefill (jittable)
+    propose(params, state, seq, key, gamma) -> Proposal              # jittable, static gamma
+    commit(state, verdict) -> state                                  # roll back to what stayed
+
+`seq` is the loop's `Sequences`: every committed token, including the verifier's correction or
+bonus token, which the drafter has never seen. A drafter catches up from `seq` at its next
+`propose` (that is how the pending-token invariant of `ModelDrafter` works), so `commit` only
+has to say how much of what it proposed survived (`Verdict`).
+
+Two future proposers checked against this protocol on paper before it was settled:
+  * A speculative decoder as the draft of another (hierarchical speculation): `init` prefills the
+    middle and small models into an inner `LoopState`; `propose` copies `seq` into the inner
+    state, runs inner steps in a `lax.while_loop` until every row has >= gamma new tokens, and
+    returns the first gamma with probs = the middle model's warped p at each of them (its verify
+    call computes p at every emitted position; a token drawn from a residual is still an exact
+    sample of M, so q = M's p is the right ratio denominator); `commit` sets the inner lengths to
+    lengths_before + num_accepted (its caches roll back by length). Params nest as
+    (middle_params, small_params) in the draft slot. Fits.
+  * A token-tree proposer: a static topology on the drafter (parents, depths); `propose` returns
+    tokens [batch, N - 1] and probs [batch, N - 1, vocab] for nodes 1..N-1 (rank order among
+    siblings), drafted level by level with the models' `positions`/`mask` arguments; the tree
+    verifier returns num_accepted and the accepted `path`, which `Verdict.path` carries to
+    `commit`, where the drafter compacts its cache with the state's `select(starts, path)` before
+    rolling back. Fits, with `Verdict.path` as the one tree-specific field.
+Both are built: `SpeculativeDrafter` (hierarchical.py; it runs the inner steps until every row
+has gamma + 1 new tokens, so the middle model never lags the sequence) and `TreeDrafter`.
+
+Drafters of this room: `ModelDrafter` (model.py: any specjax model, one token per call in a
+scan) and `LookupDrafter` (lookup.py: copies the continuation of an earlier match of the
+sequence's suffix, up to gamma tokens at once, and drafts fewer, or none, when the match has no
+more: the `num_drafted` path of the acceptance rule). `AdaptiveDrafter` (adaptive.py) is a
+`ModelDrafter` whose per-row γ a policy chooses (gamma_policy.py); `SpeculativeDrafter`
+(hierarchical.py) drafts with a whole speculative decoder. Token-tree drafters are in
+`specjax/decoding/trees/`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import jax
+from flax import struct
+
+from specjax.decoding.state import Sequences
+
+
+@struct.dataclass
+class Proposal:
+    """What a drafter proposes for one iteration.
+
+    Attributes:
+      tokens: int32 [batch, gamma] drafted tokens (entries past num_drafted are padding).
+      probs: float32 [batch, gamma, vocab] the distribution each token was drawn from, or None
+        for deterministic proposals (point masses).
+      num_drafted: int32 [batch] how many tokens each row drafted (<= gamma), or None: gamma.
+      state: the drafter's state after proposing.
+      calls: draft forward calls the proposal cost (static; for the statistics).
+      valid: bool [batch, gamma] for token trees: which nodes were proposed (an invalid node is
+        never tried), or None: all.
+      num_calls: int32 [] draft forward calls when known only at run time (a draft loop that
+        stops early), overriding `calls`; None: `calls`.
+    """
+
+    tokens: jax.Array
+    probs: jax.Array | None
+    num_drafted: jax.Array | None
+    state: Any
+    calls: int = struct.field(pytree_node=False, default=0)
+    valid: jax.Array | None = None
+    num_calls: jax.Array | None = None
+
+
+@struct.dataclass
+class Verdict:
+    """What the verifier decided, for `Drafter.commit`.
+
+    Attributes:
+      lengths_before: int32 [batch] sequence lengths when the proposal was made.
+      num_accepted: int32 [batch] proposed tokens kept (the sequence grew by num_accepted + 1).
+      active: bool [batch] rows that were decoding (others must not change).
+      path: int32 [batch, depth + 1] accepted tree nodes (node 0 the root), or None for chains.
+    """
+
+    lengths_before: jax.Array
+    num_accepted: jax.Array
+    active: jax.Array
+    path: jax.Array | None = None
+
+
+class Drafter(Protocol):
+    """Structural type of a proposer (see the module docstring)."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def model(self) -> Any: ...
+
+    def init(self, params, prompts, prompt_lengths, cache_len: int) -> Any: ...
+
+    def propose(self, params, state, seq: Sequences, key, gamma: int) -> Proposal: ...
+
+    def commit(self, state, verdict: Verdict) -> Any: ...
+
+
+def is_drafter(obj) -> bool:
+    """True for objects that offer the Drafter methods (models offer `apply` instead)."""
+    return all(hasattr(obj, name) for name in ("propose", "commit", "init"))
+
+
+@struct.dataclass
+class NoState:
+    """The state of a drafter that reads everything it needs from the sequence."""
+
+    def logical_axes(self) -> NoState:
+        return self

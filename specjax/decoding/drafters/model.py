@@ -1,0 +1,96 @@
+"""`ModelDrafter`: drafts with any specjax model, one token per forward call (the draft loop).
+
+The proposer seam it implements is `base.py`'s `Drafter`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from specjax.decoding.drafters.base import Proposal, Verdict
+from specjax.decoding.sampling import Warper, sample_from_probs
+from specjax.decoding.state import Sequences, last_tokens
+from specjax.models.kv_cache import rollback
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelDrafter:
+    """Drafts with any specjax model, one token per forward call, sampling from its warped q.
+
+    Invariant (L = a row's sequence length when `propose` is called): the model's state holds
+    the first L - k tokens, where k (1 or 2) is how many it still has to be fed. k is 2 exactly
+    when the last iteration accepted every draft: the model never saw the last one. `propose`
+    feeds the k pending tokens, samples x_1, then feeds x_1..x_{gamma-1} one call each (so it
+    has seen L + gamma - 1 tokens); `commit` keeps min(L + n, that) of them.
+
+    Attributes:
+      model: the draft model.
+      warper: the sampling warper (the decoder's: one warper for both models keeps it exact).
+      unroll: unroll the gamma-step `lax.scan` (True), keep it a loop (False), or None: unroll
+        when the draft carries a KV cache. A rolled scan carries the draft cache through a loop,
+        and XLA:CPU copies it in every step (2 copies per layer); unrolled, the writes stay in
+        place. Costs compile time that grows with gamma.
+    """
+
+    model: Any
+    warper: Warper
+    unroll: bool | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.vocab_size
+
+    def init(self, params, prompts, prompt_lengths, cache_len: int):
+        """Prefills the model with every prompt token but the last."""
+        state = self.model.init_state(prompts.shape[0], cache_len)
+        _, state = self.model.apply(params, state, prompts, prompt_lengths - 1)
+        return state
+
+    def first_draft(self, params, state, seq: Sequences, key):
+        """Feeds the pending tokens and samples x_1 with key fold_in(key, 0).
+
+        Returns:
+          (state, x_1 int32 [batch], q_1 float32 [batch, vocab], logits_1 [batch, vocab]).
+        """
+        active = (~seq.done).astype(jnp.int32)  # [batch]
+        num_pending = (seq.lengths - state.lengths) * active  # [batch] 1 or 2
+        pending = last_tokens(seq, 2)  # [batch, 2] oldest first
+        # Rows with one pending token feed it at index 0.
+        pending = jnp.where((num_pending == 2)[:, None], pending, pending[:, 1:])
+        logits, state = self.model.apply(params, state, pending, num_pending)
+        last = jnp.maximum(num_pending - 1, 0)[:, None, None]  # [batch, 1, 1]
+        logits0 = jnp.take_along_axis(logits, last, axis=1)[:, 0]  # [batch, vocab]
+        q0 = self.warper.probs(logits0)  # [batch, vocab]
+        x0 = sample_from_probs(jax.random.fold_in(key, 0), q0)  # [batch]
+        return state, x0, q0, logits0
+
+    def propose(self, params, state, seq: Sequences, key, gamma: int) -> Proposal:
+        """Feeds the pending tokens, then samples gamma tokens (key i for the i-th draw)."""
+        active = (~seq.done).astype(jnp.int32)  # [batch]
+        state, x0, q0, _ = self.first_draft(params, state, seq, key)
+
+        def one_step(carry, i):
+            state, token = carry
+            logits, state = self.model.apply(params, state, token[:, None], active)
+            q = self.warper.probs(logits[:, 0])  # [batch, vocab]
+            nxt = sample_from_probs(jax.random.fold_in(key, i), q)
+            return (state, nxt), (nxt, q)
+
+        unroll = self.unroll
+        if unroll is None:
+            unroll = any(getattr(leaf, "ndim", 0) >= 3 for leaf in jax.tree.leaves(state))
+        (state, _), (xs, qs) = jax.lax.scan(
+            one_step, (state, x0), jnp.arange(1, gamma), unroll=bool(unroll)
+        )  # xs [gamma - 1, batch], qs [gamma - 1, batch, vocab]
+        tokens = jnp.concatenate([x0[:, None], xs.T], axis=1)  # [batch, gamma]
+        probs = jnp.concatenate([q0[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)
+        return Proposal(tokens, probs, None, state, calls=gamma)
+
+    def commit(self, state, verdict: Verdict):
+        """Keeps the prefix the model saw that is still in the sequence: min(L + n, seen)."""
+        kept = jnp.minimum(verdict.lengths_before + verdict.num_accepted, state.lengths)
+        return rollback(state, jnp.where(verdict.active, kept, state.lengths))
