@@ -156,7 +156,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # flat T(k)).
     config.gamma_policy = "fixed"
     # A token tree to verify instead of the gamma-chain (None: the chain): children per depth
-    # ("3,2,1") or the parents of nodes 0..N-1 ("-1,0,0,1,1"); see specjax.decoding.tree.
+    # ("3,2,1") or the parents of nodes 0..N-1 ("-1,0,0,1,1"); see specjax.decoding.trees.topology.
     config.tree = config_dict.placeholder(str)
     # The gamma-chain's acceptance rule by name (specjax.decoding.rules): "tokenwise" (Leviathan
     # et al.'s) or "block" (block verification, Sun et al. 2024: lossless, more drafts kept);

@@ -309,7 +309,7 @@ def measure() -> dict:
     tree = tree_dec = None
     if _TREE.value:
         from specjax.decoding import TokenTree, TreeSpeculativeDecoder
-        from specjax.decoding.tree import tree_inputs
+        from specjax.decoding.trees.topology import tree_inputs
 
         tree = TokenTree.parse(_TREE.value)
         tree_dec = TreeSpeculativeDecoder(

@@ -2,7 +2,7 @@
 
 Sequoia describes a (target, draft, warper, rule) combination by its positional acceptance vector
 P[k] = P(the k-th child tried is the one accepted), k = 1..K, and builds its trees from it
-(`specjax.decoding.tree_search`). This module measures P at every position of given token
+(`specjax.decoding.trees.search`). This module measures P at every position of given token
 sequences (normally text the target generated), from one forward pass of each model, for a node
 of K children drawn by each rule `tree_accept` verifies:
 
@@ -30,8 +30,8 @@ import numpy as np
 
 from specjax.alpha import overlap
 from specjax.decoding import TokenTree, Warper, residual_distribution, tree_accept
-from specjax.decoding.tree import draw_children
-from specjax.decoding.tree_search import conditional_from_positional
+from specjax.decoding.trees.search import conditional_from_positional
+from specjax.decoding.trees.topology import draw_children
 from specjax.models.interface import check_pair
 from specjax.models.sequence import sequence_logits
 

@@ -1,6 +1,6 @@
 """Exact positional acceptance P[k] at one tree node, by enumeration (numpy, small vocabularies).
 
-Written from the rule's definition, independently of `specjax.decoding.tree` and
+Written from the rule's definition, independently of `specjax.decoding.rules.tree` and
 `specjax.rank_acceptance`, so tests can hold both to it.
 """
 

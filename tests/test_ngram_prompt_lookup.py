@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specjax.decoding import TokenTree
-from specjax.decoding.tree import tree_inputs
+from specjax.decoding.trees.topology import tree_inputs
 from specjax.models import NgramLM, PromptLookupLM, UniformLM, check_pair, fit_ngram
 from specjax.models.interface import causal_mask, chain_positions
 from specjax.models.kv_cache import rollback

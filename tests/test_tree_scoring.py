@@ -13,7 +13,7 @@ import pytest
 from decoding_setup import LLAMA_TARGET, TARGET, V, drafts, llama_params, target_params
 
 from specjax.decoding import TokenTree
-from specjax.decoding.tree import tree_inputs
+from specjax.decoding.trees.topology import tree_inputs
 from specjax.models import NgramLM, UniformLM
 
 TREE = TokenTree((-1, 0, 0, 0, 1, 1, 2, 4))

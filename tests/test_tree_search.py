@@ -26,14 +26,14 @@ from specjax.decoding import (
     hardware_aware_tree,
     optimal_tree,
     positional_from_conditional,
+    tree_accept,
 )
-from specjax.decoding import tree as tree_lib
-from specjax.decoding.tree import draw_children
-from specjax.decoding.tree_search import (
+from specjax.decoding.trees.search import (
     conditional_from_positional,
     draft_call_widths,
     tree_from_nested,
 )
+from specjax.decoding.trees.topology import draw_children
 
 
 def _ordered_trees(n):
@@ -168,7 +168,7 @@ def _accepted(key, tree, p, q, batch, replacement):
             )
             tokens = tokens.at[:, jnp.asarray(kids)].set(drawn)
     shape = (batch, tree.num_nodes, p.shape[0])
-    _, n, _ = tree_lib.tree_accept(
+    _, n, _ = tree_accept(
         accept_key,
         tree,
         tokens,

@@ -30,7 +30,7 @@ from scipy import stats
 from tree_reference import reference_accept
 
 from specjax.decoding import TokenTree, speculative_accept, tree_accept
-from specjax.decoding.tree import draw_children
+from specjax.decoding.trees.topology import draw_children
 
 NUM_STATES = 23
 NUM_SAMPLES = 1 << 20

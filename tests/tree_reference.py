@@ -1,7 +1,7 @@
 """An independent reference of the token-tree verification rule, with switches that plant bugs.
 
 Written from ALGORITHMS.md §0-§1 (the lemma, SpecInfer's and Sequoia's loops), not from
-`specjax.decoding.tree`: it uses only `tree.parents`, and it walks the tree differently. Nodes
+`specjax.decoding.rules.tree`: it uses only `tree.parents`, and it walks the tree differently. Nodes
 are visited once, in index (breadth-first) order, batched over rows; each row keeps `cur`, the
 node whose children it is trying. A node is tried in a row when its parent is that row's `cur`:
 breadth-first numbering puts every node of depth d + 1 after every node of depth d and keeps

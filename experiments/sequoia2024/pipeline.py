@@ -43,7 +43,7 @@ from specjax.decoding import (
     summarize_stats,
 )
 from specjax.decoding import loop as decoding_loop
-from specjax.decoding.tree_search import draft_call_widths
+from specjax.decoding.trees.search import draft_call_widths
 from specjax.rank_acceptance import rank_acceptance_on_sequences
 
 

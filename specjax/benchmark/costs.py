@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from specjax.benchmark.timing import Timing, time_call
 from specjax.decoding import loop
-from specjax.decoding.tree import tree_inputs
+from specjax.decoding.trees.topology import tree_inputs
 from specjax.models.interface import check_params
 
 

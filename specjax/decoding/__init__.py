@@ -49,7 +49,6 @@ from specjax.decoding.drafters.gamma_policy import (
 from specjax.decoding.drafters.hierarchical import SpeculativeDrafter
 from specjax.decoding.drafters.lookup import LookupDrafter
 from specjax.decoding.drafters.model import ModelDrafter
-from specjax.decoding.lookup_tree import LookupTreeDrafter
 from specjax.decoding.loop import Decoder, LoopState, generate, stream
 from specjax.decoding.rules._common import residual_distribution
 from specjax.decoding.rules.acceptance import speculative_accept
@@ -69,15 +68,16 @@ from specjax.decoding.speculative import LossyRuleWarning, SpeculativeDecoder
 from specjax.decoding.speculative_beam import SpeculativeBeamDecoder
 from specjax.decoding.state import DecodeStats, GenerationResult, Sequences
 from specjax.decoding.stats import summarize_stats
-from specjax.decoding.tree import TokenTree
 from specjax.decoding.tree_decoder import TreeSpeculativeDecoder
-from specjax.decoding.tree_drafter import TreeDrafter
-from specjax.decoding.tree_search import (
+from specjax.decoding.trees.drafter import TreeDrafter
+from specjax.decoding.trees.lookup import LookupTreeDrafter
+from specjax.decoding.trees.search import (
     expected_accepted,
     hardware_aware_tree,
     optimal_tree,
     positional_from_conditional,
 )
+from specjax.decoding.trees.topology import TokenTree
 
 __all__ = [
     "AdaptiveDrafter",

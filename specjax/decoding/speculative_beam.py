@@ -61,8 +61,8 @@ from specjax.decoding.drafters.model import ModelDrafter
 from specjax.decoding.loop import LoopState, resolve_cache_len
 from specjax.decoding.sampling import make_warper
 from specjax.decoding.state import last_tokens
-from specjax.decoding.tree import TokenTree, tree_inputs
-from specjax.decoding.tree_drafter import TreeDrafter
+from specjax.decoding.trees.drafter import TreeDrafter
+from specjax.decoding.trees.topology import TokenTree, tree_inputs
 from specjax.models.interface import check_vocab
 from specjax.models.kv_cache import rollback
 

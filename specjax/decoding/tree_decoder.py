@@ -25,8 +25,8 @@ from specjax.decoding.rules.tree import tree_accept
 from specjax.decoding.sampling import Warper
 from specjax.decoding.speculative import SpeculativeSteps
 from specjax.decoding.state import last_tokens
-from specjax.decoding.tree import TokenTree, tree_inputs
-from specjax.decoding.tree_drafter import CHILDREN_MODES, TreeDrafter
+from specjax.decoding.trees.drafter import CHILDREN_MODES, TreeDrafter
+from specjax.decoding.trees.topology import TokenTree, tree_inputs
 from specjax.models.interface import check_pair, check_vocab
 from specjax.models.kv_cache import rollback
 

@@ -3,7 +3,7 @@
 Deterministic (q is a point mass), free to run, and strong whenever the output repeats its
 context (code, extraction, editing). Its "logits" are 0 on the proposed token and -inf elsewhere,
 so under any warper q is one-hot and the sampler's deterministic-draft rule applies exactly.
-A tree of lookups from several earlier matches at once is `decoding/lookup_tree.py`.
+A tree of lookups from several earlier matches at once is `decoding/trees/lookup.py`.
 """
 
 from __future__ import annotations

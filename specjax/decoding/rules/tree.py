@@ -38,7 +38,7 @@ import jax.numpy as jnp
 from specjax import checks
 from specjax.decoding.rules._common import normalise, residual_distribution
 from specjax.decoding.sampling import sample_from_probs
-from specjax.decoding.tree import TokenTree
+from specjax.decoding.trees.topology import TokenTree
 
 
 def _check_args(tree, node_tokens, draft_probs, target_probs, valid) -> None:

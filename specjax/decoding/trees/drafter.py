@@ -31,7 +31,7 @@ import numpy as np
 from specjax.decoding.drafters.base import Proposal, Verdict
 from specjax.decoding.sampling import Warper, sample_from_probs
 from specjax.decoding.state import Sequences, last_tokens
-from specjax.decoding.tree import TokenTree, draw_children, tree_inputs
+from specjax.decoding.trees.topology import TokenTree, draw_children, tree_inputs
 from specjax.models.kv_cache import rollback
 
 CHILDREN_MODES = ("auto", "sample", "top_k")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specjax.decoding.tree import TokenTree
+from specjax.decoding.trees.topology import TokenTree
 
 _IMPOSSIBLE = -np.inf
 

@@ -19,7 +19,7 @@ draft costs no model call: everything is read from the sequence.
 Why it is lossless: the proposals are deterministic functions of the committed sequence (probs
 None: point masses), and under a point mass the tree rule accepts a child x with probability
 r(x), removes a rejected x from the residual r and emits from what is left, so each node emits
-exactly the target's p whatever tokens it was offered, in whatever order (`tree.py`). Invalid
+exactly the target's p whatever tokens it was offered, in whatever order (`rules/tree.py`). Invalid
 nodes are never tried, so they are not trials at all. How many children a node gets and which
 is decided from the history alone, before the target is called, never from its verdict; so the
 proposal is fixed before the randomness of the acceptance test is drawn, which is all the rule
@@ -36,7 +36,7 @@ import numpy as np
 
 from specjax.decoding.drafters.base import NoState, Proposal, Verdict
 from specjax.decoding.state import Sequences
-from specjax.decoding.tree import TokenTree
+from specjax.decoding.trees.topology import TokenTree
 from specjax.models.prompt_lookup import check_ngram_range, suffix_match_followers
 
 
