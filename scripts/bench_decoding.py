@@ -290,7 +290,13 @@ def measure() -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from specjax.decoding import autoregressive, loop, make_warper, sample_from_probs, speculative
+    from specjax.decoding import (
+        AutoregressiveDecoder,
+        SpeculativeDecoder,
+        loop,
+        make_warper,
+        sample_from_probs,
+    )
     from specjax.decoding.rules import accept_rule
 
     gamma, batch, new = _GAMMA.value, _BATCH.value, _NEW.value
@@ -302,8 +308,8 @@ def measure() -> dict:
     warper = make_warper(_TEMPERATURE.value)
     prompts = bench_prompts(info, np)
     key = jax.random.PRNGKey(_SEED.value)
-    ar = autoregressive.AutoregressiveDecoder(target, warper, cache_len=cache_len)
-    spec = speculative.SpeculativeDecoder(
+    ar = AutoregressiveDecoder(target, warper, cache_len=cache_len)
+    spec = SpeculativeDecoder(
         target, draft, gamma, warper, cache_len=cache_len, accept=accept_rule(_ACCEPT.value)
     )
     tree = tree_dec = None

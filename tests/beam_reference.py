@@ -1,4 +1,4 @@
-"""A plain-Python beam search, written independently of specjax/decoding/beam.py.
+"""A plain-Python beam search, written independently of specjax/decoding/decoders/beam.py.
 
 It recomputes every hypothesis' next-token distribution from the whole sequence (no caches),
 keeps candidates as Python tuples in float64, and never stops early: it runs every row to

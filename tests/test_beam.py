@@ -1,4 +1,4 @@
-"""Beam search (specjax/decoding/beam.py) against hand-computed answers and a Python reference."""
+"""Beam search (decoding/decoders/beam.py) against hand-computed answers and a Python reference."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from specjax.decoding import AutoregressiveDecoder, BeamSearchDecoder, make_warper
-from specjax.decoding.beam import beam_jit
+from specjax.decoding.decoders.beam import beam_jit
 from specjax.models import NgramLM
 from tests.beam_reference import beam_search
 from tests.beam_setup import CACHE_LEN, MAX_NEW, PROMPTS, TARGET, V, reference_logp, target_params

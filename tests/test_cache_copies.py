@@ -12,7 +12,13 @@ import jax
 import numpy as np
 
 import specjax
-from specjax.decoding import HeuristicGamma, autoregressive, loop, make_warper, speculative
+from specjax.decoding import (
+    AutoregressiveDecoder,
+    HeuristicGamma,
+    SpeculativeDecoder,
+    loop,
+    make_warper,
+)
 from specjax.models import NgramLM, TransformerConfig, TransformerLM, fit_ngram
 
 # conftest.py set the flag before JAX started; this only confirms it is in effect.
@@ -43,7 +49,7 @@ def _model():
 
 def test_autoregressive_loop_has_no_cache_copies():
     lm, params = _model()
-    dec = autoregressive.AutoregressiveDecoder(lm, make_warper(0), cache_len=CACHE_LEN)
+    dec = AutoregressiveDecoder(lm, make_warper(0), cache_len=CACHE_LEN)
     tokens, lengths = dec.prepare([np.arange(5)], 16)
     hlo = (
         loop.generate_jit.lower(dec, (params,), tokens, lengths, jax.random.PRNGKey(0), 16, -1)
@@ -58,7 +64,7 @@ def test_speculative_loop_has_no_cache_copies():
     lm, params = _model()
     draft = NgramLM(32, 2)
     dparams = fit_ngram(np.arange(100) % 32, 32, 2)
-    dec = speculative.SpeculativeDecoder(lm, draft, 3, make_warper(0), cache_len=CACHE_LEN)
+    dec = SpeculativeDecoder(lm, draft, 3, make_warper(0), cache_len=CACHE_LEN)
     tokens, lengths = dec.prepare([np.arange(5)], 16)
     hlo = (
         loop.generate_jit.lower(
@@ -73,7 +79,7 @@ def test_speculative_loop_has_no_cache_copies():
 
 def _spec_hlo(unroll_draft):
     lm, params = _model()
-    dec = speculative.SpeculativeDecoder(
+    dec = SpeculativeDecoder(
         lm, lm, 3, make_warper(1.0), cache_len=CACHE_LEN, unroll_draft=unroll_draft
     )
     tokens, lengths = dec.prepare([np.arange(5)], 16)
@@ -117,7 +123,7 @@ def test_adaptive_draft_steps_copy_nothing_rolled_or_unrolled():
     lm, params = _model()
 
     def hlo(unroll):
-        dec = speculative.SpeculativeDecoder(
+        dec = SpeculativeDecoder(
             lm,
             lm,
             3,

@@ -21,7 +21,7 @@ from decoding_setup import (
     target_params,
 )
 
-from specjax.decoding import SpeculativeDecoder, autoregressive, loop, make_warper
+from specjax.decoding import AutoregressiveDecoder, SpeculativeDecoder, loop, make_warper
 from specjax.models import NgramLM, TransformerConfig, TransformerLM
 
 KEY = jax.random.PRNGKey(7)
@@ -206,7 +206,7 @@ def test_no_recompilation_for_new_prompts_in_bucket_or_new_budget(ar, spec, ar_r
     assert loop.generate_jit._cache_size() == programs
     # The counter does see new programs: a 17-token prompt falls into the 32-token bucket (shown
     # with a bigram "target", which compiles in a fraction of the transformer's time).
-    cheap = autoregressive.AutoregressiveDecoder(NgramLM(V), SAMPLING, cache_len=CACHE_LEN)
+    cheap = AutoregressiveDecoder(NgramLM(V), SAMPLING, cache_len=CACHE_LEN)
     bigram_params = drafts()["bigram"][1]
     cheap.generate(bigram_params, [np.arange(16) % V], KEY, 5)
     before = loop.generate_jit._cache_size()
@@ -365,9 +365,9 @@ def test_bad_decoder_construction_raises():
     with pytest.raises(TypeError, match="warper"):
         SpeculativeDecoder(TARGET, SMALL_DRAFT, 2, lambda x: x)
     with pytest.raises(TypeError, match="warper"):
-        autoregressive.AutoregressiveDecoder(TARGET, "greedy")
+        AutoregressiveDecoder(TARGET, "greedy")
     with pytest.raises(ValueError, match="cache_len"):
-        autoregressive.AutoregressiveDecoder(TARGET, SAMPLING, cache_len=1)
+        AutoregressiveDecoder(TARGET, SAMPLING, cache_len=1)
     with pytest.raises(ValueError, match="temperature"):
         make_warper(temperature=-1.0)
     # A cache longer than a learned-position table is caught when the decoder first runs.
@@ -375,7 +375,7 @@ def test_bad_decoder_construction_raises():
         TransformerConfig.gpt2(V, num_layers=1, embed_dim=16, num_heads=2, mlp_dim=16, max_len=32)
     )
     with pytest.raises(ValueError, match="max_len"):
-        autoregressive.AutoregressiveDecoder(short, SAMPLING, cache_len=64).generate(
+        AutoregressiveDecoder(short, SAMPLING, cache_len=64).generate(
             short.init_params(KEY), [np.array([1])], KEY, 2
         )
 

@@ -15,7 +15,7 @@ from specjax.decoding import (
     TokenTree,
     make_warper,
 )
-from specjax.decoding.beam import beam_jit
+from specjax.decoding.decoders.beam import beam_jit
 from specjax.models import UniformLM
 from tests.beam_setup import CACHE_LEN, MAX_NEW, PROMPTS, TARGET, drafts, target_params
 

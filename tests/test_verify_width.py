@@ -1,4 +1,4 @@
-"""Verification only as wide as the longest drafted row (`decoding/verify_width.py`).
+"""Verification only as wide as the longest drafted row (`decoding/decoders/verify_width.py`).
 
 The width choice is checked with a fake target whose logits record how many tokens it was
 given; the decoders are checked for equal output with and without it (greedy and sampled, same
@@ -14,7 +14,7 @@ import pytest
 from decoding_setup import CACHE_LEN, GREEDY, MAX_NEW, PROMPTS, TARGET, drafts, target_params
 
 from specjax.decoding import HeuristicGamma, LookupDrafter, SpeculativeDecoder, make_warper
-from specjax.decoding.verify_width import check_widths, score_to_longest
+from specjax.decoding.decoders.verify_width import check_widths, score_to_longest
 
 VOCAB = 7
 

@@ -35,8 +35,12 @@ The seams (see each module's docstring):
     uses (2 sqrt(V) Gumbels per row); `argmax.py`: `first_argmax`, a vectorised `jnp.argmax`.
 """
 
-from specjax.decoding.autoregressive import AutoregressiveDecoder
-from specjax.decoding.beam import BeamResult, BeamSearchDecoder, BeamState
+from specjax.decoding.decoders.autoregressive import AutoregressiveDecoder
+from specjax.decoding.decoders.beam import BeamResult, BeamSearchDecoder, BeamState
+from specjax.decoding.decoders.sharded import ShardedDecoder
+from specjax.decoding.decoders.speculative import LossyRuleWarning, SpeculativeDecoder
+from specjax.decoding.decoders.speculative_beam import SpeculativeBeamDecoder
+from specjax.decoding.decoders.tree import TreeSpeculativeDecoder
 from specjax.decoding.drafters.adaptive import AdaptiveDrafter
 from specjax.decoding.drafters.base import Drafter, Proposal, Verdict
 from specjax.decoding.drafters.gamma_policy import (
@@ -63,12 +67,8 @@ from specjax.decoding.sampling import (
     make_warper,
     sample_from_probs,
 )
-from specjax.decoding.sharded import ShardedDecoder
-from specjax.decoding.speculative import LossyRuleWarning, SpeculativeDecoder
-from specjax.decoding.speculative_beam import SpeculativeBeamDecoder
 from specjax.decoding.state import DecodeStats, GenerationResult, Sequences
 from specjax.decoding.stats import summarize_stats
-from specjax.decoding.tree_decoder import TreeSpeculativeDecoder
 from specjax.decoding.trees.drafter import TreeDrafter
 from specjax.decoding.trees.lookup import LookupTreeDrafter
 from specjax.decoding.trees.search import (

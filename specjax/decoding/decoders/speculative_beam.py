@@ -49,7 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.decoding.beam import (
+from specjax.decoding.decoders.beam import (
     BeamSteps,
     count_step,
     flat_index,

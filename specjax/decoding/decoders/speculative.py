@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from specjax.decoding import loop, rules
+from specjax.decoding.decoders.verify_width import check_widths, score_to_longest
 from specjax.decoding.drafters.adaptive import AdaptiveDrafter, check_policy
 from specjax.decoding.drafters.base import Drafter, Verdict, is_drafter
 from specjax.decoding.drafters.model import ModelDrafter
@@ -37,7 +38,6 @@ from specjax.decoding.loop import LoopState
 from specjax.decoding.rules.acceptance import speculative_accept
 from specjax.decoding.sampling import Warper
 from specjax.decoding.state import GenerationResult, emit, last_tokens
-from specjax.decoding.verify_width import check_widths, score_to_longest
 from specjax.models.interface import check_pair, check_vocab
 from specjax.models.kv_cache import rollback
 
@@ -245,7 +245,7 @@ class SpeculativeDecoder(SpeculativeSteps):
       gamma_policy: an adaptive-γ policy (`decoding/drafters/gamma_policy.py`) for a model
         draft: each row drafts 1..gamma tokens per iteration as it decides (`AdaptiveDrafter`),
         so `gamma` is then gamma_max; None: every row drafts gamma (the plain `ModelDrafter`).
-      verify_widths: the widths the target may verify at (`decoding/verify_width.py`).
+      verify_widths: the widths the target may verify at (`decoding/decoders/verify_width.py`).
         "static" (the default): one call of width gamma + 1 whatever was drafted. "auto":
         only as wide as the longest drafted row, from every width 1..gamma when proposals vary
         in length (a gamma_policy, or a drafter with `variable_length`, e.g. `LookupDrafter`),

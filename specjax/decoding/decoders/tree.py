@@ -20,10 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.decoding import loop
+from specjax.decoding.decoders.speculative import SpeculativeSteps
 from specjax.decoding.drafters.base import is_drafter
 from specjax.decoding.rules.tree import tree_accept
 from specjax.decoding.sampling import Warper
-from specjax.decoding.speculative import SpeculativeSteps
 from specjax.decoding.state import last_tokens
 from specjax.decoding.trees.drafter import CHILDREN_MODES, TreeDrafter
 from specjax.decoding.trees.topology import TokenTree, tree_inputs
