@@ -8,31 +8,39 @@
     )
 
 Every decoder is called alike: its models' params first (target, then draft), then keywords
-(`loop.py`'s docstring; the older positional forms are the same signatures).
+(`loop.py`'s docstring; the older positional forms are the same signatures). Callers import
+from this facade; the modules below may move between releases.
 
-The seams (see each module's docstring):
+At the top, what every decoder shares:
   * `loop.py`: one driver (`generate`, `stream`, the jitted programs) for any decoder that offers
-    `models`, `init` and `step`; `LoopState` is every decoder's loop state.
-  * `drafters.py`: where proposals come from (`Drafter`: `ModelDrafter`, `LookupDrafter`).
-  * `tree.py`, `tree_decoder.py`: token trees (`TokenTree`, `tree_accept`) verified in one target
-    call by `TreeSpeculativeDecoder`, drafted by a model (`TreeDrafter`) or by prompt lookup
-    (`lookup_tree.py`: `LookupTreeDrafter`); `tree_search.py`: Sequoia's optimal tree for a
-    measured acceptance-by-rank vector (`optimal_tree`, `expected_accepted`).
-  * `gamma_policy.py`, `drafters/adaptive.py`: adaptive γ (`SpeculativeDecoder(...,
-    gamma_policy=HeuristicGamma())`): per-row draft lengths chosen by a policy, drafted in a
-    loop that stops once every row has stopped; `verify_width.py`: verification only as wide
-    as the longest drafted row (`verify_widths="auto"`).
-  * `hierarchical.py`: hierarchical speculation: `SpeculativeDrafter(SpeculativeDecoder(middle,
-    small, ...))` is the draft of another decoder (target <- middle <- small, any depth); the
-    draft params are then the inner decoder's params as a tuple, (middle_params, small_params).
-  * `acceptance.py`: the verification rule, a static `accept=` field of `SpeculativeDecoder`;
-    `block.py`: block verification (`block_accept`), a drop-in rule that keeps more drafts.
-  * `beam.py`, `speculative_beam.py`: beam search (`BeamSearchDecoder`) and its speculative
-    twin (`SpeculativeBeamDecoder`: the target's beam search replayed along drafted beam paths,
-    same hypotheses and scores); both return a `BeamResult`.
+    `models`, `init` and `step`; `LoopState` is every decoder's loop state. `state.py`: the
+    output sequences, `emit` and the counters; `stats.py`: their host-side summary;
+    `prompts.py`: padding and capacity checks; `prefill.py`: a model fed every prompt token
+    but the last (every decoder's and drafter's `init`).
   * `sampling.py`: warpers (temperature, top-k, top-p), one shared by target and draft;
     `categorical.py`: `sample_from_probs`, the exact two-level Gumbel-max sampler every draw
     uses (2 sqrt(V) Gumbels per row); `argmax.py`: `first_argmax`, a vectorised `jnp.argmax`.
+
+Then four rooms, one concept per file (each room's `__init__` lists its files):
+  * `rules/`: acceptance rules, a static `accept=` field of a decoder: `acceptance.py`
+    (token-wise, `speculative_accept`), `block.py` (`block_accept`: keeps more drafts),
+    `lossy.py` (lossy contrasts), `tree.py` (`tree_accept`), `_common.py` (their shared
+    scaffolding); the registry by name is `rules/__init__.py` (`accept_rule("block")`).
+  * `drafters/`: where proposals come from: `base.py` (the `Drafter` seam: `Proposal`,
+    `Verdict`), `model.py` (`ModelDrafter`), `lookup.py` (`LookupDrafter`), `adaptive.py` and
+    `gamma_policy.py` (adaptive γ: `SpeculativeDecoder(..., gamma_policy=HeuristicGamma())`),
+    `hierarchical.py` (`SpeculativeDrafter(SpeculativeDecoder(middle, small, ...))` as the draft
+    of another decoder; its draft params are (middle_params, small_params)).
+  * `trees/`: token trees: `topology.py` (`TokenTree`, `tree_inputs`), `drafter.py`
+    (`TreeDrafter`), `lookup.py` (`LookupTreeDrafter`), `search.py` (Sequoia's `optimal_tree`,
+    `expected_accepted`).
+  * `decoders/`: `autoregressive.py`, `speculative.py` (`SpeculativeDecoder` and the shared
+    propose → score → verify → emit → commit step), `verify_width.py` (verification only as wide
+    as the longest drafted row, `verify_widths="auto"`), `tree.py` (`TreeSpeculativeDecoder`),
+    `beam.py` and `speculative_beam.py` (`BeamSearchDecoder`, and its speculative twin that
+    replays the target's beam search along drafted beam paths; both return a `BeamResult`),
+    `sharded.py` (`ShardedDecoder`: any decoder over a device mesh).
+Imports point down: decoders use rules, drafters and trees; those use the top-level modules.
 """
 
 from specjax.decoding.decoders.autoregressive import AutoregressiveDecoder

@@ -14,7 +14,7 @@ import numpy as np
 from flax import struct
 from jax.sharding import PartitionSpec
 
-from specjax.decoding.stats import summarize_stats  # noqa: F401  (also its old home)
+from specjax.decoding.stats import summarize_stats
 from specjax.models.interface import per_row_axes
 from specjax.models.kv_cache import write_rows
 

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 
 from specjax.decoding import loop
 from specjax.decoding.loop import LoopState
+from specjax.decoding.prefill import prefill
 from specjax.decoding.sampling import Warper, sample_from_probs
 from specjax.decoding.state import emit, last_tokens
 
@@ -60,7 +61,7 @@ class AutoregressiveDecoder:
         """Prefills all prompt tokens but the last (jittable); params = (model_params,)."""
         (model_params,) = params
         state = self.model.init_state(prompts.shape[0], self.cache_len)
-        _, state = self.model.apply(model_params, state, prompts, prompt_lengths - 1)
+        state = prefill(self.model, model_params, state, prompts, prompt_lengths)
         return loop.new_state(
             prompts, prompt_lengths, key, max_new_tokens, eos_id, self.cache_len, 0, (state,)
         )

@@ -41,6 +41,7 @@ from flax import struct
 from specjax import runtime
 from specjax.decoding import loop
 from specjax.decoding.loop import LoopState
+from specjax.decoding.prefill import prefill
 from specjax.decoding.state import DecodeStats, Sequences, last_tokens
 from specjax.models.kv_cache import write_rows
 
@@ -140,7 +141,7 @@ class BeamSteps:
     def prefill(self, model, params, prompts, prompt_lengths):
         """The model's state for every prompt token but the last, repeated for every beam."""
         state = model.init_state(prompts.shape[0], self.cache_len)
-        _, state = model.apply(params, state, prompts, prompt_lengths - 1)
+        state = prefill(model, params, state, prompts, prompt_lengths)
         return jax.tree.map(lambda x: jnp.repeat(x, self.num_beams, axis=0), state)
 
     def new_beam_state(self, prompts, prompt_lengths, key, max_new_tokens, eos_id, states, gamma):

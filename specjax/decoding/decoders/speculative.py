@@ -35,6 +35,7 @@ from specjax.decoding.drafters.adaptive import AdaptiveDrafter, check_policy
 from specjax.decoding.drafters.base import Drafter, Verdict, is_drafter
 from specjax.decoding.drafters.model import ModelDrafter
 from specjax.decoding.loop import LoopState
+from specjax.decoding.prefill import prefill
 from specjax.decoding.rules.acceptance import speculative_accept
 from specjax.decoding.sampling import Warper
 from specjax.decoding.state import GenerationResult, emit, last_tokens
@@ -96,7 +97,7 @@ class SpeculativeSteps:
         """Prefills the target and the drafter with every prompt token but the last."""
         target_params, draft_params = params
         t_state = self.target.init_state(prompts.shape[0], self.cache_len)
-        _, t_state = self.target.apply(target_params, t_state, prompts, prompt_lengths - 1)
+        t_state = prefill(self.target, target_params, t_state, prompts, prompt_lengths)
         d_state = self.drafter.init(draft_params, prompts, prompt_lengths, self.cache_len)
         s = loop.new_state(
             prompts,

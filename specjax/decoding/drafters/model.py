@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax.decoding.drafters.base import Proposal, Verdict
+from specjax.decoding.prefill import prefill
 from specjax.decoding.sampling import Warper, sample_from_probs
 from specjax.decoding.state import Sequences, last_tokens
 from specjax.models.kv_cache import rollback
@@ -47,8 +48,7 @@ class ModelDrafter:
     def init(self, params, prompts, prompt_lengths, cache_len: int):
         """Prefills the model with every prompt token but the last."""
         state = self.model.init_state(prompts.shape[0], cache_len)
-        _, state = self.model.apply(params, state, prompts, prompt_lengths - 1)
-        return state
+        return prefill(self.model, params, state, prompts, prompt_lengths)
 
     def first_draft(self, params, state, seq: Sequences, key):
         """Feeds the pending tokens and samples x_1 with key fold_in(key, 0).

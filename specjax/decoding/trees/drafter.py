@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.decoding.drafters.base import Proposal, Verdict
+from specjax.decoding.prefill import prefill
 from specjax.decoding.sampling import Warper, sample_from_probs
 from specjax.decoding.state import Sequences, last_tokens
 from specjax.decoding.trees.topology import TokenTree, draw_children, tree_inputs
@@ -76,8 +77,7 @@ class TreeDrafter:
     def init(self, params, prompts, prompt_lengths, cache_len: int):
         """Prefills the model with every prompt token but the last."""
         state = self.model.init_state(prompts.shape[0], cache_len)
-        _, state = self.model.apply(params, state, prompts, prompt_lengths - 1)
-        return state
+        return prefill(self.model, params, state, prompts, prompt_lengths)
 
     def _draw(self, key, logits, num):
         """Children of every node of a level: tokens [batch, n, num], q [batch, n, vocab]."""
