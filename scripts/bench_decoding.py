@@ -251,45 +251,13 @@ def count_cache_copies(hlo: str, cache_shape) -> int:
     return count
 
 
-def round_robin(calls: dict, repeats: int, warmup: int = 1) -> dict:
-    """Times zero-argument callables in rounds, so machine drift hits all of them alike.
-
-    Args:
-      calls: name -> callable returning arrays.
-      repeats: timed rounds.
-      warmup: untimed rounds (compilation).
-
-    Returns:
-      name -> {"wall": median s, "cpu": median process CPU s, "spread": (p90 - p10) / median}.
-    """
-    import jax
-    import numpy as np
-
-    for _ in range(warmup):
-        for fn in calls.values():
-            jax.block_until_ready(fn())
-    wall = {n: [] for n in calls}
-    cpu = {n: [] for n in calls}
-    for _ in range(repeats):
-        for name, fn in calls.items():
-            w, c = time.perf_counter(), time.process_time()
-            jax.block_until_ready(fn())
-            cpu[name].append(time.process_time() - c)
-            wall[name].append(time.perf_counter() - w)
-    out = {}
-    for name in calls:
-        med = float(np.median(wall[name]))
-        lo, hi = np.percentile(wall[name], [10, 90])
-        out[name] = {"wall": med, "cpu": float(np.median(cpu[name])), "spread": (hi - lo) / med}
-    return out
-
-
 def measure() -> dict:
     """Runs every measurement; returns the figures as a dict."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
+    from specjax.benchmark.timing import interleaved
     from specjax.decoding import (
         AutoregressiveDecoder,
         SpeculativeDecoder,
@@ -455,7 +423,10 @@ def measure() -> dict:
     for name, (part, state) in parts.items():
         calls[name] = dispatched(part, state)
         calls[f"{name}_dev{inner}"] = in_device(part, state)
-    timed = round_robin(calls, repeats)
+    timed = {
+        name: {"wall": t.median, "cpu": t.cpu_median, "spread": t.spread}
+        for name, t in interleaved(calls, repeats).items()
+    }
 
     figures = {
         "xla_flag_on": _FLAG in os.environ.get("XLA_FLAGS", ""),

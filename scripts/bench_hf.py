@@ -30,7 +30,6 @@ Draft choices (random weights have no knowledge, so α comes from the constructi
 import os
 import sys
 import tempfile
-import time
 
 from absl import app, flags
 
@@ -186,6 +185,8 @@ def main(argv):
     import torch
     import transformers
 
+    from specjax.benchmark.timing import interleaved
+
     if _THREADS.value == 1:
         torch.set_num_threads(1)
         # XLA:CPU kept two threads busy with its flags alone (CPU time ~1.9x wall), so the whole
@@ -209,17 +210,13 @@ def main(argv):
             "specjax_ar": sj_ar,
             "specjax_spec": sj_spec,
         }
-        outputs = {name: fn() for name, fn in calls.items()}  # warm-up; compiles JAX programs
-        # Round-robin, so drift and other load hit every contestant alike. Every call ends
-        # with its tokens on the host (torch: .numpy(); specjax: a NaN check syncs).
-        wall = {name: [] for name in calls}
-        cpu = {name: [] for name in calls}
-        for _ in range(_REPEATS.value):
-            for name, fn in calls.items():
-                w0, c0 = time.perf_counter(), time.process_time()
-                fn()
-                wall[name].append(time.perf_counter() - w0)
-                cpu[name].append(time.process_time() - c0)
+        # Round-robin after one warm-up round (it compiles the JAX programs), so drift and
+        # other load hit every contestant alike. Every call ends with its tokens on the host
+        # (torch: .numpy(); specjax: a NaN check syncs).
+        timed = interleaved(calls, _REPEATS.value)
+        outputs = {name: t.output for name, t in timed.items()}
+        wall = {name: t.samples for name, t in timed.items()}
+        cpu = {name: t.cpu_samples for name, t in timed.items()}
 
     tokens = {
         "hf_ar": outputs["hf_ar"],

@@ -26,8 +26,8 @@ import numpy as np
 
 from configs import leviathan2023 as lev_config
 from experiments.leviathan2023 import models as model_lib
-from experiments.trees.pipeline import round_robin
 from specjax.benchmark.costs import call_cost
+from specjax.benchmark.timing import interleaved, time_call
 from specjax.data import ByteTokenizer, load_corpus
 from specjax.data.batches import sample_prompts
 from specjax.decoding import (
@@ -116,14 +116,9 @@ def iteration_costs(decoders: dict, gammas, tparams, dparams, prompts, key, new:
         fn = lambda d=d: [
             d.generate(tparams, dparams, prompts=[p], key=key, max_new_tokens=new) for p in prompts
         ]
-        result = jax.block_until_ready(fn())
-        calls = summarize_stats([r.stats for r in result])["target_calls"]
-        samples = []
-        for _ in range(3):
-            start = time.process_time()
-            jax.block_until_ready(fn())
-            samples.append(time.process_time() - start)
-        costs.append(float(np.median(samples)) / calls)
+        timing = time_call(fn, repeats=3, clock=time.process_time)
+        calls = summarize_stats([r.stats for r in timing.output])["target_calls"]
+        costs.append(timing.median / calls)
     return costs
 
 
@@ -201,8 +196,8 @@ def run(c, workdir: str, log=print) -> dict:
                 )
                 for label, d in decoders.items()
             }
-            timed = round_robin(calls, c.repeats)
-            rows = [_row(label, r["last"], r["cpu"]) for label, r in timed.items()]
+            timed = interleaved(calls, c.repeats)
+            rows = [_row(label, t.output, t.cpu_samples) for label, t in timed.items()]
             fixed = [r for r in rows if r["decoder"] in {f"fixed{g}" for g in c.gammas}]
             best = min(fixed, key=lambda r: r["ms_per_token"])
             for r in rows:

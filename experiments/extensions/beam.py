@@ -30,6 +30,7 @@ import numpy as np
 
 from experiments.extensions.models import model_path
 from specjax import checkpoint
+from specjax.benchmark.timing import interleaved
 from specjax.data import load_corpus
 from specjax.data.batches import sample_prompts
 from specjax.data.tokenizer import EOS_ID
@@ -168,16 +169,12 @@ def run(c: ml_collections.ConfigDict, workdir: str, log=print) -> dict:
             results = [dec.generate(*params, b, max_new_tokens=new, eos_id=eos) for b in batches]
             return jax.block_until_ready(results)
 
-        last = {k: go(*v) for k, v in calls.items()}  # compile round, untimed
-        wall = {k: [] for k in calls}
-        for _ in range(c.repeats):
-            for k, v in calls.items():
-                start = time.perf_counter()
-                last[k] = go(*v)
-                wall[k].append(time.perf_counter() - start)
-        plain_s = float(np.median(wall["plain"]))
+        # One untimed compile round, then `c.repeats` interleaved rounds.
+        timed = interleaved({k: (lambda v=v: go(*v)) for k, v in calls.items()}, c.repeats)
+        last = {k: t.output for k, t in timed.items()}
+        plain_s = timed["plain"].median
         for k in calls:
-            median = float(np.median(wall[k]))
+            median = timed[k].median
             row = {
                 "beams": int(beams),
                 "draft": "-" if k == "plain" else k[0],

@@ -47,6 +47,7 @@ import numpy as np
 
 from specjax import theory
 from specjax.benchmark.costs import call_cost
+from specjax.benchmark.timing import interleaved
 from specjax.decoding import (
     AutoregressiveDecoder,
     SpeculativeDecoder,
@@ -177,22 +178,6 @@ def decoders(cfg, models, warper) -> dict:
     return out
 
 
-def round_robin(calls: dict, repeats: int) -> tuple[dict, dict]:
-    """Times every call once per round, after one untimed round (compilation).
-
-    Returns:
-      (name -> wall seconds per round, name -> the last round's output).
-    """
-    last = {name: jax.block_until_ready(fn()) for name, fn in calls.items()}
-    out = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, fn in calls.items():
-            start = time.perf_counter()
-            last[name] = jax.block_until_ready(fn())
-            out[name].append(time.perf_counter() - start)
-    return out, last
-
-
 # -- the cost model ----------------------------------------------------------------------------
 
 
@@ -313,24 +298,24 @@ def measure_temperature(cfg, models, prompts, t: float, costs: dict, log=print) 
 
     start = time.perf_counter()
     calls = {n: (lambda n=n: run_all(n)) for n in decs}
-    timed, last = round_robin({**calls, **costs}, cfg.repeats)
+    timed = interleaved({**calls, **costs}, cfg.repeats)
     log(
         f"    timed {len(decs)} decoders x {cfg.repeats} rounds "
         f"({time.perf_counter() - start:.0f} s)"
     )
     rows, outputs = [], {}
     for name, (_, _, desc) in decs.items():
-        results = last[name]
+        results = timed[name].output
         outputs[name] = [r.new_tokens()[0].tolist() for r in results]
         summary = summarize_stats([r.stats for r in results])
         emitted = int(sum(int(np.sum(r.stats.emitted)) for r in results))
-        wall = float(np.median(timed[name]))
+        wall = timed[name].median
         iterations = sum(int(r.stats.target_calls) for r in results)
         row = dict(desc, name=name)
         row.update(
             tokens_per_s=emitted / wall,
             iteration_ms=wall * 1e3 / iterations,
-            wall_samples=[float(x) for x in timed[name]],
+            wall_samples=[float(x) for x in timed[name].samples],
             alpha=summary.get("alpha_empirical"),
             tokens_per_iteration=summary["tokens_per_iteration"],
             draft_calls_per_iteration=summary["draft_calls"] / max(summary["target_calls"], 1),

@@ -26,9 +26,10 @@ import jax
 import numpy as np
 
 from experiments.sequoia2024 import methods, plots, report
-from experiments.trees.pipeline import load_models, round_robin
+from experiments.trees.pipeline import load_models
 from specjax.benchmark.alpha_generated import generate_reference
 from specjax.benchmark.costs import call_cost, iteration_cost
+from specjax.benchmark.timing import interleaved
 from specjax.data import load_corpus
 from specjax.data.batches import sample_prompts
 from specjax.data.tokenizer import ByteTokenizer
@@ -297,15 +298,15 @@ def walltime(config, target, tparams, draft, dparams, t, acceptance, costs, prom
         params = (tparams,) if name == "ar" else (tparams, dparams)
         return [decoding_loop.generate(dec, params, [p], key, new) for p in prompts]
 
-    timed = round_robin({n: (lambda n=n: run_all(n)) for n in decoders}, config.repeats)
+    timed = interleaved({n: (lambda n=n: run_all(n)) for n in decoders}, config.repeats)
     out = []
     for name, (_, tree) in decoders.items():
-        last = timed[name]["last"]
+        last = timed[name].output
         emitted = sum(int(np.sum(r.stats.emitted)) for r in last)
         calls = sum(int(r.stats.target_calls) for r in last)
         summary = summarize_stats([r.stats for r in last])
         tpc = summary.get("sampler_tokens_per_iteration", 1.0)
-        wall = float(np.median(timed[name]["wall"]))
+        wall = timed[name].median
         cost = t_target[1] if tree is None else tree_cost(tree, t_target, draft_cost)
         out.append(
             dict(
@@ -315,11 +316,11 @@ def walltime(config, target, tparams, draft, dparams, t, acceptance, costs, prom
                 parents=None if tree is None else list(tree.parents),
                 tokens_per_call=float(tpc),
                 ms_per_token=wall * 1e3 / emitted,
-                cpu_ms_per_token=float(np.median(timed[name]["cpu"])) * 1e3 / emitted,
+                cpu_ms_per_token=timed[name].cpu_median * 1e3 / emitted,
                 iteration_ms=wall * 1e3 / max(calls, 1),
                 model_ms=cost * 1e3,
                 predicted_speedup=float(tpc) * t_target[1] / cost,
-                wall_samples=list(timed[name]["wall"]),
+                wall_samples=list(timed[name].samples),
             )
         )
     ar_ms = out[0]["ms_per_token"]

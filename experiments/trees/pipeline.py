@@ -22,6 +22,7 @@ import numpy as np
 from experiments.leviathan2023 import models as model_lib
 from experiments.trees import report, shapes
 from specjax.benchmark.costs import call_cost, tree_call_cost
+from specjax.benchmark.timing import interleaved
 from specjax.data import load_corpus
 from specjax.data.batches import sample_prompts
 from specjax.data.tokenizer import ByteTokenizer
@@ -179,26 +180,6 @@ def _decoders(config, target, draft, warper, specs) -> dict:
     return out
 
 
-def round_robin(calls: dict, repeats: int) -> dict:
-    """Times zero-argument callables in rounds after one untimed round (compilation).
-
-    Returns:
-      name -> {"wall": [s per round], "cpu": [process CPU s per round], "last": last output}.
-    """
-    out = {n: {"wall": [], "cpu": [], "last": None} for n in calls}
-    for fn in calls.values():
-        jax.block_until_ready(fn())
-    for _ in range(repeats):
-        for name, fn in calls.items():
-            w, c = time.perf_counter(), time.process_time()
-            result = fn()
-            jax.block_until_ready([r.tokens for r in result])
-            out[name]["cpu"].append(time.process_time() - c)
-            out[name]["wall"].append(time.perf_counter() - w)
-            out[name]["last"] = result
-    return out
-
-
 def measure_temperature(config, target, tparams, draft, dparams, t, specs, prompts, stat_prompts):
     """Every decoder of one draft at temperature t: timings, tokens per call, statistics."""
     warper = make_warper(t)
@@ -217,7 +198,7 @@ def measure_temperature(config, target, tparams, draft, dparams, t, specs, promp
 
     t0 = time.perf_counter()
     calls = {name: (lambda name=name: run_all(name, prompts)) for name in decoders}
-    timed = round_robin(calls, config.repeats)
+    timed = interleaved(calls, config.repeats)
     seconds = time.perf_counter() - t0
     _log(f"    timed {len(decoders)} decoders x {config.repeats} rounds ({seconds:.0f} s)")
     rows = {}
@@ -228,10 +209,10 @@ def measure_temperature(config, target, tparams, draft, dparams, t, specs, promp
         if name == "ar":
             ar_out = outputs
         summary = summarize_stats([r.stats for r in results])
-        last = timed[name]["last"]
+        last = timed[name].output
         calls_timed = sum(int(r.stats.target_calls) for r in last)
         emitted_timed = sum(int(np.sum(r.stats.emitted)) for r in last)
-        wall, cpu = np.median(timed[name]["wall"]), np.median(timed[name]["cpu"])
+        wall, cpu = timed[name].median, timed[name].cpu_median
         row = dict(desc)
         row.update(
             name=name,
@@ -241,7 +222,7 @@ def measure_temperature(config, target, tparams, draft, dparams, t, specs, promp
             emitted_per_call=summary["tokens_emitted"] / max(summary["target_calls"], 1),
             wall_ms_per_token=wall * 1e3 / emitted_timed,
             cpu_ms_per_token=cpu * 1e3 / emitted_timed,
-            wall_samples=list(timed[name]["wall"]),
+            wall_samples=list(timed[name].samples),
             iteration_ms=wall * 1e3 / max(calls_timed, 1),
             target_calls_timed=calls_timed,
             matches_ar=(outputs == ar_out) if warper.is_greedy else None,

@@ -11,12 +11,11 @@ recorded: on a shared machine waiting for a core inflates wall time, not CPU tim
 
 from __future__ import annotations
 
-import time
-
 import jax
 import numpy as np
 
 from specjax.benchmark.costs import call_cost
+from specjax.benchmark.timing import interleaved
 from specjax.decoding import AutoregressiveDecoder, make_warper
 from specjax.models import TransformerConfig, TransformerLM
 
@@ -47,20 +46,6 @@ def _check(impls, cache_lens, prompt_len, new_tokens, repeats):
             raise ValueError(
                 f"cache_lens must hold prompt_len + new_tokens = {prompt_len + new_tokens}, got {c}"
             )
-
-
-def _rounds(calls: dict, repeats: int) -> dict:
-    """name -> {"wall": [s], "cpu": [s]} per round, calls alternated after one untimed round."""
-    out = {name: {"wall": [], "cpu": []} for name in calls}
-    for fn in calls.values():
-        jax.block_until_ready(fn())
-    for _ in range(repeats):
-        for name, fn in calls.items():
-            wall, cpu = time.perf_counter(), time.process_time()
-            jax.block_until_ready(fn())
-            out[name]["cpu"].append(time.process_time() - cpu)
-            out[name]["wall"].append(time.perf_counter() - wall)
-    return out
 
 
 def cache_len_scaling(
@@ -106,7 +91,8 @@ def cache_len_scaling(
             decoder = AutoregressiveDecoder(model, make_warper(0), cache_len=c)
             for n in (1, new_tokens):
                 calls[impl, c, n] = lambda d=decoder, n=n: d.generate(params, prompt, key, n).tokens
-    timings = _rounds(calls, repeats)
+    timed = interleaved(calls, repeats)
+    timings = {n: {"wall": t.samples, "cpu": t.cpu_samples} for n, t in timed.items()}
     out = {}
     for clock in ("wall", "cpu"):
         samples = {

@@ -1,8 +1,10 @@
-"""Wall-clock timing with warm-up, `block_until_ready` and medians.
+"""Timing with warm-up, `block_until_ready` and medians; speedup intervals.
 
 The CPU we develop on drifts by up to 1.5x within a session, so only ratios measured side by side
 in one run mean anything; every figure here is a median over repeats after a warm-up call that
-also absorbs compilation.
+also absorbs compilation. `interleaved` is the one round-robin harness (benchmarks, scripts and
+experiments time through it): wall and process CPU time of every round, and each call's last
+output. `ratio_interval` gives a speedup's 95 % interval from paired rounds.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -20,12 +23,22 @@ class Timing:
     """Seconds per call over repeats.
 
     Attributes:
-      median: median seconds.
+      median: median seconds (of the clock asked for: wall time by default).
       samples: every repeat, in order.
+      cpu_samples: process CPU seconds (all threads) of the same repeats, when recorded (); on
+        a shared machine waiting for a core inflates wall time, not CPU time.
+      output: the last timed call's output (`interleaved`), or None.
     """
 
     median: float
     samples: tuple
+    cpu_samples: tuple = ()
+    output: Any = dataclasses.field(default=None, compare=False, repr=False)
+
+    @property
+    def cpu_median(self) -> float:
+        """Median process CPU seconds (nan when CPU time was not recorded)."""
+        return float(np.median(self.cpu_samples)) if self.cpu_samples else float("nan")
 
     @property
     def spread(self) -> float:
@@ -48,7 +61,7 @@ def time_call(
         all threads: steadier when other processes share the cores).
 
     Returns:
-      Timing of the timed calls.
+      Timing of the timed calls, with the last call's `output`.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
@@ -57,9 +70,9 @@ def time_call(
     samples = []
     for _ in range(repeats):
         start = clock()
-        jax.block_until_ready(fn(*args))
+        output = jax.block_until_ready(fn(*args))
         samples.append(clock() - start)
-    return Timing(float(np.median(samples)), tuple(samples))
+    return Timing(float(np.median(samples)), tuple(samples), output=output)
 
 
 def interleaved(
@@ -67,25 +80,36 @@ def interleaved(
 ) -> dict:
     """Times several zero-argument callables round-robin, so drift hits all of them alike.
 
+    Every call ends when its output is ready (`jax.block_until_ready`; outputs that are not
+    JAX arrays, e.g. host arrays or floats, are taken as they are). Each timed call is measured
+    on `clock` and on the process CPU clock together.
+
     Args:
       calls: name -> zero-argument callable.
       repeats: timed rounds.
-      warmup: untimed rounds.
+      warmup: untimed rounds (compilation, caches).
       clock: as for `time_call`.
 
     Returns:
-      name -> Timing.
+      name -> Timing, with `cpu_samples` (process CPU seconds of the same rounds) and `output`
+      (the last round's output, or the last warm-up's with repeats=0).
     """
+    last = {}
     for _ in range(warmup):
-        for fn in calls.values():
-            jax.block_until_ready(fn())
+        for name, fn in calls.items():
+            last[name] = jax.block_until_ready(fn())
     samples = {name: [] for name in calls}
+    cpu = {name: [] for name in calls}
     for _ in range(repeats):
         for name, fn in calls.items():
-            start = clock()
-            jax.block_until_ready(fn())
+            start, cpu_start = clock(), time.process_time()
+            last[name] = jax.block_until_ready(fn())
+            cpu[name].append(time.process_time() - cpu_start)
             samples[name].append(clock() - start)
-    return {n: Timing(float(np.median(s)), tuple(s)) for n, s in samples.items()}
+    return {
+        n: Timing(float(np.median(s)), tuple(s), tuple(cpu[n]), last.get(n))
+        for n, s in samples.items()
+    }
 
 
 # Two-sided 95 % quantiles of Student's t by degrees of freedom 1..30 (beyond: 1.96).
