@@ -13,7 +13,7 @@ import statistics
 import sys
 
 from specjax import theory
-from specjax.benchmark.timing import ratio_interval
+from specjax.benchmark.timing import judge_speedup, speedup_interval
 from specjax.plotting import Series, save_bar_plot, save_line_plot
 
 # Acceptance bars of the harness (issue: measured vs theory).
@@ -82,44 +82,6 @@ def tokens_standard_error(alpha: float, gamma: int, iterations: float) -> float:
     return math.sqrt(max(var, 0.0) / max(iterations, 1.0))
 
 
-def speedup_interval(r: dict) -> tuple:
-    """(low, high) of a walltime row's speedup: recomputed from its paired rounds when the row
-    stores them (`ar_samples`, `spec_samples`), else the recorded one ((None, None) if absent)."""
-    ar, spec = r.get("ar_samples") or (), r.get("spec_samples") or ()
-    if len(ar) >= 2 and len(ar) == len(spec):
-        return ratio_interval(ar, spec)
-    return r.get("speedup_low"), r.get("speedup_high")
-
-
-def judge_speedup(speedup, low, high, predicted, tol: float = SPEEDUP_TOL) -> dict:
-    """Does a measured speedup agree with a prediction, given its 95 % interval?
-
-    Agreement: the speedup is within `tol` of the prediction, or the prediction lies inside
-    the interval (the measurement cannot tell them apart on this machine).
-
-    Args:
-      speedup: the measured speedup (median ratio).
-      low, high: its 95 % interval, or None (one repeat: judged by `tol` alone).
-      predicted: the prediction, or None (nothing to judge: never agrees).
-      tol: relative bar.
-
-    Returns:
-      {"rel_err": speedup / predicted - 1 or None, "within_tol", "inside", "ok",
-       "below_noise": the interval contains 1.0}.
-    """
-    rel_err = None if predicted is None else speedup / predicted - 1
-    within = rel_err is not None and abs(rel_err) <= tol
-    has_interval = low is not None and high is not None
-    inside = predicted is not None and has_interval and low <= predicted <= high
-    return {
-        "rel_err": rel_err,
-        "within_tol": within,
-        "inside": inside,
-        "ok": within or inside,
-        "below_noise": has_interval and low <= 1.0 <= high,
-    }
-
-
 def _emitted(results: dict) -> float | None:
     """Tokens one walltime measurement emits: prompts x max_new_tokens (no EOS)."""
     config = results.get("config", {})
@@ -161,7 +123,7 @@ def table2_rows(results: dict) -> list[dict]:
             )
             pred = r.get("predicted_speedup_loop")  # absent in results from before the loop model
             low, high = speedup_interval(r)
-            verdict = judge_speedup(r["speedup"], low, high, pred)
+            verdict = judge_speedup(r["speedup"], low, high, pred, tol=SPEEDUP_TOL)
             rows.append(
                 {
                     "temperature": temp[1:],

@@ -1,10 +1,11 @@
-"""Timing with warm-up, `block_until_ready` and medians; speedup intervals.
+"""Timing with warm-up, `block_until_ready` and medians; speedup intervals and their verdict.
 
 The CPU we develop on drifts by up to 1.5x within a session, so only ratios measured side by side
 in one run mean anything; every figure here is a median over repeats after a warm-up call that
 also absorbs compilation. `interleaved` is the one round-robin harness (benchmarks, scripts and
 experiments time through it): wall and process CPU time of every round, and each call's last
-output. `ratio_interval` gives a speedup's 95 % interval from paired rounds.
+output. `ratio_interval` gives a speedup's 95 % interval from paired rounds, `speedup_interval`
+recomputes it from a stored row and `judge_speedup` compares a speedup with a prediction.
 """
 
 from __future__ import annotations
@@ -147,3 +148,42 @@ def coefficient_of_variation(samples) -> float:
     """Sample standard deviation / mean of repeated timings (0 for a single sample)."""
     arr = np.asarray(samples, np.float64)
     return float(arr.std(ddof=1) / arr.mean()) if arr.size > 1 and arr.mean() > 0 else 0.0
+
+
+def speedup_interval(row: dict) -> tuple:
+    """(low, high) of a stored speedup row: recomputed from its paired rounds when the row holds
+    them (`ar_samples`, `spec_samples`: seconds of the baseline and of the decoder, round by
+    round), else the recorded `speedup_low`, `speedup_high` ((None, None) if absent)."""
+    ar, spec = row.get("ar_samples") or (), row.get("spec_samples") or ()
+    if len(ar) >= 2 and len(ar) == len(spec):
+        return ratio_interval(ar, spec)
+    return row.get("speedup_low"), row.get("speedup_high")
+
+
+def judge_speedup(speedup, low, high, predicted, tol: float = 0.10) -> dict:
+    """Does a measured speedup agree with a prediction, given its 95 % interval?
+
+    Agreement: the speedup is within `tol` of the prediction, or the prediction lies inside
+    the interval (the measurement cannot tell them apart on this machine).
+
+    Args:
+      speedup: the measured speedup (median ratio).
+      low, high: its 95 % interval, or None (one repeat: judged by `tol` alone).
+      predicted: the prediction, or None (nothing to judge: never agrees).
+      tol: relative bar.
+
+    Returns:
+      {"rel_err": speedup / predicted - 1 or None, "within_tol", "inside", "ok",
+       "below_noise": the interval contains 1.0}.
+    """
+    rel_err = None if predicted is None else speedup / predicted - 1
+    within = rel_err is not None and abs(rel_err) <= tol
+    has_interval = low is not None and high is not None
+    inside = predicted is not None and has_interval and low <= predicted <= high
+    return {
+        "rel_err": rel_err,
+        "within_tol": within,
+        "inside": inside,
+        "ok": within or inside,
+        "below_noise": has_interval and low <= 1.0 <= high,
+    }
