@@ -20,7 +20,7 @@ from absl import logging
 
 from experiments import zoo
 from specjax.benchmark import costs
-from specjax.benchmark.timing import interleaved
+from specjax.benchmark.versus import versus_autoregressive
 from specjax.data import EOS_ID, ByteTokenizer, load_corpus
 from specjax.decoding import (
     AutoregressiveDecoder,
@@ -349,15 +349,14 @@ def build_decoder(config, target, draft_model, warper, tree, gamma_policy=None):
     )
 
 
-def _decoder_report(result, tokenizer, first_call_s: float, median_s: float) -> dict:
+def _decoder_report(result, tokenizer, first_call_s: float, versus, name: str) -> dict:
     new = result.new_tokens()
-    emitted = int(sum(len(row) for row in new))
     report = {
         "continuations": [tokenizer.decode(row, stop_at_eos=True) for row in new],
         "new_tokens": [row.tolist() for row in new],
         "first_call_s": first_call_s,
-        "median_s": median_s,
-        "ms_per_token": median_s * 1e3 / max(emitted, 1),
+        "median_s": versus.timings[name].median,
+        "ms_per_token": versus.ms_per_token(name),
         "stats": result.summary(),
     }
     return report
@@ -554,11 +553,10 @@ def run(config, workdir: str) -> dict:
         results[name] = jax.block_until_ready(call())
         first_call[name] = time.perf_counter() - start
         logging.info("%s: first call (compile + run) %.2f s", name, first_call[name])
-    timings = interleaved(calls, repeats=config.timing_repeats, warmup=0)
+    v = versus_autoregressive(calls, repeats=config.timing_repeats, warmup=0)
 
     reports = {
-        name: _decoder_report(results[name], tokenizer, first_call[name], timings[name].median)
-        for name in calls
+        name: _decoder_report(results[name], tokenizer, first_call[name], v, name) for name in calls
     }
     spec_report = reports.get("spec")
     identical = None
@@ -591,9 +589,7 @@ def run(config, workdir: str) -> dict:
         "prompts": texts,
         "autoregressive": reports["ar"],
         "speculative": spec_report,
-        "speedup": None
-        if spec_report is None
-        else reports["ar"]["ms_per_token"] / spec_report["ms_per_token"],
+        "speedup": None if spec_report is None else v.speedup("spec"),
         "greedy_identical": identical,
     }
     print(format_report(result), flush=True)

@@ -21,7 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from specjax.benchmark.timing import interleaved
+from specjax.benchmark.versus import versus_autoregressive
 from specjax.data.text_stream import TextStream
 from specjax.data.tokenizer import VOCAB_SIZE, ByteTokenizer
 from specjax.decoding import (
@@ -306,10 +306,12 @@ class Pipeline:
             "ar": lambda: self._run(ar, ids, key, max_new_tokens)[0],
             "spec": lambda: self._run(spec, ids, key, max_new_tokens)[0],
         }
-        timings = interleaved(calls, repeats=repeats, warmup=0)
-        spec_ms = timings["spec"].median * 1e3 / max(sum(len(r) for r in new), 1)
-        ar_ms = timings["ar"].median * 1e3 / max(sum(len(r) for r in ar_new), 1)
-        out = {"ms_per_token": spec_ms, "ar_ms_per_token": ar_ms, "speedup": ar_ms / spec_ms}
+        v = versus_autoregressive(calls, repeats=repeats, warmup=0)
+        out = {
+            "ms_per_token": v.ms_per_token("spec"),
+            "ar_ms_per_token": v.ms_per_token("ar"),
+            "speedup": v.speedup("spec"),
+        }
         out["includes_compile"] = False
         if warper.is_greedy:
             out["greedy_identical"] = all(

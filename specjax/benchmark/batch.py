@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from specjax.benchmark.costs import call_cost
-from specjax.benchmark.timing import interleaved, ratio_interval
+from specjax.benchmark.versus import versus_autoregressive
 from specjax.decoding import AutoregressiveDecoder, SpeculativeDecoder, loop
 
 
@@ -109,23 +109,20 @@ def batch_table(
             "ar": lambda c=chunk: loop.generate(ar, (target_params,), c, key, max_new_tokens),
             "spec": lambda c=chunk: loop.generate(spec, pair, c, key, max_new_tokens),
         }
-        timed = interleaved(
-            {n: (lambda f=f: f().tokens) for n, f in calls.items()}, repeats, clock=clock
-        )
-        result = calls["spec"]()
-        stats = jax.device_get(result.stats)
+        v = versus_autoregressive(calls, repeats=repeats, clock=clock)
+        stats = jax.device_get(v.timings["spec"].output.stats)
         per_row = stats.emitted / np.maximum(stats.iterations, 1)  # [batch]
         emitted = float(stats.emitted.sum())
         context = min(64, cache_len - gamma - 1)
         kwargs = dict(batch=b, context=context, cache_len=cache_len, repeats=repeats, clock=clock)
         t1 = call_cost(target, target_params, 1, **kwargs).median
         tv = call_cost(target, target_params, gamma + 1, **kwargs).median
-        interval = ratio_interval(timed["ar"].samples, timed["spec"].samples)
+        interval = v.interval("spec")
         row = BatchRow(
             batch=b,
-            ar_tokens_per_s=b * max_new_tokens / timed["ar"].median,
-            spec_tokens_per_s=emitted / timed["spec"].median,
-            speedup=(emitted / timed["spec"].median) / (b * max_new_tokens / timed["ar"].median),
+            ar_tokens_per_s=1e3 / v.ms_per_token("ar"),
+            spec_tokens_per_s=1e3 / v.ms_per_token("spec"),
+            speedup=v.speedup("spec"),
             speedup_low=None if interval is None else interval[0],
             speedup_high=None if interval is None else interval[1],
             t_target_1_ms=t1 * 1e3,

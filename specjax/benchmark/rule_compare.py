@@ -3,13 +3,13 @@
     rows = compare_rules(target, tp, draft, dp, prompts, make_warper(1.0), gamma=4,
                          rules={"tokenwise": speculative_accept, "block": block_accept})
 
-For one γ, every rule's `SpeculativeDecoder` and the autoregressive decoder are timed round-robin
-(`timing.interleaved`: drift hits all alike) on the prompts at batch 1, one call after another,
-so the speedups are ratios from the same run. Tokens per call (1 + accepted drafts per
-iteration, before truncation at max_new_tokens) come from one batched run over `stat_prompts`
-per rule with the same key, as many rows as wanted, so a few-percent difference between rules is
-resolved without timing a large batch. Each rule's `lossless` marker (`rules.is_lossless`) is
-recorded beside its numbers.
+For one γ, every rule's `SpeculativeDecoder` and the autoregressive decoder are timed
+round-robin (`versus.versus_autoregressive`: drift hits all alike) on the prompts at batch 1, one
+call after another, so the speedups are ratios from the same run. Tokens per call (1 + accepted
+drafts per iteration, before truncation at max_new_tokens) come from one batched run over
+`stat_prompts` per rule with the same key, as many rows as wanted, so a few-percent difference
+between rules is resolved without timing a large batch. Each rule's `lossless` marker
+(`rules.is_lossless`) is recorded beside its numbers.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import jax
 
-from specjax.benchmark.timing import interleaved, ratio_interval
+from specjax.benchmark.versus import versus_autoregressive
 from specjax.decoding import AutoregressiveDecoder, SpeculativeDecoder, summarize_stats
 from specjax.decoding import loop as decoding_loop
 from specjax.decoding.rules import is_lossless
@@ -93,22 +93,20 @@ def compare_rules(
 
     def timed(decoder, params):
         return lambda: [
-            decoding_loop.generate(decoder, params, [p], key, max_new_tokens).tokens
-            for p in prompts
+            decoding_loop.generate(decoder, params, [p], key, max_new_tokens) for p in prompts
         ]
 
     calls = {"ar": timed(ar, (target_params,))}
     calls.update({name: timed(d, pair) for name, d in decoders.items()})
-    timings = interleaved(calls, repeats=repeats)
-    emitted = len(prompts) * max_new_tokens
-    ar_ms = timings["ar"].median * 1e3 / emitted
+    v = versus_autoregressive(calls, repeats=repeats)
+    ar_ms = v.ms_per_token("ar")
     batch = list(prompts) if stat_prompts is None else stat_prompts
     rows = []
     for name, decoder in decoders.items():
         stats = decoding_loop.generate(decoder, pair, batch, key, max_new_tokens).stats
         summary = summarize_stats([stats])
-        spec_ms = timings[name].median * 1e3 / emitted
-        interval = ratio_interval(timings["ar"].samples, timings[name].samples)
+        spec_ms = v.ms_per_token(name)
+        interval = v.interval(name)
         rows.append(
             RuleRow(
                 rule=name,

@@ -24,7 +24,8 @@ import jax
 
 from specjax import theory
 from specjax.benchmark.costs import iteration_cost
-from specjax.benchmark.timing import coefficient_of_variation, interleaved, ratio_interval
+from specjax.benchmark.timing import coefficient_of_variation
+from specjax.benchmark.versus import versus_autoregressive
 from specjax.decoding import AutoregressiveDecoder, SpeculativeDecoder, summarize_stats
 from specjax.decoding import loop as decoding_loop
 
@@ -143,24 +144,25 @@ def measure_walltime(
     for gamma in gammas:
         spec = make_decoder(gamma)
         calls = {
-            "ar": lambda: [run(ar, (target_params,), b, max_new_tokens).tokens for b in batches],
-            "spec": lambda spec=spec: [run(spec, pair, b, max_new_tokens).tokens for b in batches],
+            "ar": lambda: [run(ar, (target_params,), b, max_new_tokens) for b in batches],
+            "spec": lambda spec=spec: [run(spec, pair, b, max_new_tokens) for b in batches],
+        }
+        fixed = {  # each call's fixed cost: a 1-token generate, timed in the same rounds
             "ar_fixed": lambda: [run(ar, (target_params,), b, 1).tokens for b in batches],
             "spec_fixed": lambda spec=spec: [run(spec, pair, b, 1).tokens for b in batches],
         }
-        timings = interleaved(calls, repeats=repeats)
+        v = versus_autoregressive(calls, repeats=repeats, extra=fixed)
+        timings = v.timings
         spec_iter = iteration_cost(spec, pair, batches[0], steps=iteration_steps).median
-        summary = summarize_stats([run(spec, pair, b, max_new_tokens).stats for b in batches])
-        emitted = summary["tokens_emitted"]
-        ar_ms = timings["ar"].median * 1e3 / emitted
-        spec_ms = timings["spec"].median * 1e3 / emitted
+        summary = summarize_stats([r.stats for r in timings["spec"].output])
+        ar_ms, spec_ms = v.ms_per_token("ar"), v.ms_per_token("spec")
         alpha = min(summary["alpha_empirical"], 1.0)
         paper = None if c is None else float(theory.walltime_improvement(alpha, gamma, c))
         measured = None
         if t_target is not None and t_draft is not None and gamma + 1 in t_target:
             measured = float(theory.measured_speedup(alpha, gamma, t_target, t_draft))
         expected = float(theory.expected_tokens_per_iteration(alpha, gamma))
-        interval = ratio_interval(timings["ar"].samples, timings["spec"].samples)
+        interval = v.interval("spec")
         ar_fixed = timings["ar_fixed"].median / len(batches)
         spec_fixed = timings["spec_fixed"].median / len(batches)
         loop = (ar_fixed + (max_new_tokens - 1) * ar_iter) / (
@@ -170,7 +172,7 @@ def measure_walltime(
             gamma=gamma,
             ar_ms_per_token=ar_ms,
             spec_ms_per_token=spec_ms,
-            speedup=ar_ms / spec_ms,
+            speedup=v.speedup("spec"),
             tokens_per_iteration=summary["sampler_tokens_per_iteration"],
             alpha_empirical=alpha,
             acceptance_by_position=tuple(summary["acceptance_by_position"]),
