@@ -1,73 +1,46 @@
-"""Shared statistical machinery for the losslessness tests (imported by tests/test_acceptance_*).
+"""Position-only cases and their checks for the losslessness tests (tests/test_acceptance_*).
 
 A test case is a context-free target, a distribution p_t for each absolute position t of the
 stream that does not depend on the tokens before it (mostly the same vector at every position),
 and a draft rule. The stream a lossless sampler emits is then a sequence of independent draws of
 p_1, p_2, ..., and the number of accepted drafts a truncated run of independent acceptances.
-`sample_case` draws, for each of `num_samples` independent keys (vmap over keys, `lax.map` over
-chunks to bound memory, one jit per shape),
+`sample_case` draws, with the shipped kit's sampler (`specjax.testing.sampler.sample_stream` on
+the case as a `specjax.testing.law.PositionCase` of length 2: one implementation), for each of
+`num_samples` independent keys
 
   * the first two tokens of the stream emitted by two consecutive calls of the sampler (the second
     call, with its own key and drafts, only matters for rows whose first call emitted one token);
   * the number of drafts the first call accepted.
 
-The checks turn counts into p-values: Pearson chi-square with sparse categories pooled, exact
-binomial tests for acceptance rates, a z-test for the mean emitted length. Every statistical check
-in the suite fails below `PVALUE_THRESHOLD`; each file states its number of checks and the
-resulting family-wise false-failure bound (Bonferroni: checks x threshold, valid under any
-dependence between the checks).
+The checks turn counts into p-values: Pearson chi-square with sparse categories pooled (the kit's
+`specjax.testing.stats.pooled_chi2`), exact binomial tests for acceptance rates, a z-test for the
+mean emitted length. Every statistical check in the suite fails below the kit's
+`PVALUE_THRESHOLD`; each file states its number of checks and the resulting family-wise
+false-failure bound (Bonferroni: checks x threshold, valid under any dependence between the
+checks).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-from specjax.testing.stats import (  # noqa: F401  (re-exported for the tests)
-    MIN_EXPECTED,
-    PVALUE_THRESHOLD,
-    Chi2,
-    pooled_chi2,
-)
+from specjax.testing import law, sampler
+from specjax.testing.law import cdf_probs, draft_cdf, normalised
+from specjax.testing.stats import Chi2, pooled_chi2
 
 # A correct sampler fails one check with probability <= 1e-6 (up to the accuracy of the chi-square
 # and normal approximations, which with every pooled bin expecting >= 5 counts and >= 1e6 samples
-# is well within a factor of 2 at this tail). The chi-square itself (sparse categories pooled,
-# p-value without scipy) is the library kit's: `specjax.testing.stats`, one implementation.
-# 2^20 = 1,048,576 >= 1e6 samples per case, in 16 chunks of 65,536 keys.
-NUM_SAMPLES = 1 << 20
-CHUNK = 1 << 16
+# is well within a factor of 2 at this tail). 2^20 = 1,048,576 >= 1e6 samples per case, in 16
+# chunks of 65,536 keys.
+NUM_SAMPLES = sampler.NUM_SAMPLES
+CHUNK = sampler.CHUNK
 
 AcceptFn = Callable[..., tuple[jax.Array, jax.Array]]
-
-
-def normalised(x) -> np.ndarray:
-    """float64 copy of `x` (any float dtype, bfloat16 included), last axis divided by its sum."""
-    x = np.asarray(x).astype(np.float64)
-    return x / x.sum(-1, keepdims=True)
-
-
-def draft_cdf(draft_dist) -> np.ndarray:
-    """float32 CDF (last axis) for inverse-CDF sampling of draft tokens, ending at exactly 1.
-
-    Built in float64 so that zero-probability tokens get an empty interval and are never drafted.
-    """
-    cdf = np.cumsum(normalised(draft_dist), axis=-1)
-    cdf = (cdf / cdf[..., -1:]).astype(np.float32)
-    cdf[..., -1] = 1.0
-    return cdf
-
-
-def cdf_probs(cdf: np.ndarray) -> np.ndarray:
-    """The distribution a float32 CDF really samples (u uniform in [0, 1)), in float64."""
-    cdf = cdf.astype(np.float64)
-    return np.diff(cdf, axis=-1, prepend=0.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +114,12 @@ class Case:
         ratio = np.where(q > 0, np.minimum(1.0, p / np.where(q > 0, q, 1.0)), 1.0)
         return np.sum(r * ratio, axis=-1)
 
+    def as_kit_case(self) -> law.PositionCase:
+        """The case as the kit's position-only case of two emitted tokens."""
+        return law.PositionCase(
+            self.name, self.gamma, 2, self.target, self.draft_probs, self.draft_dist
+        )
+
 
 @dataclasses.dataclass(frozen=True)
 class Samples:
@@ -163,35 +142,6 @@ class Samples:
         return self.first_call[:, -1]
 
 
-@functools.partial(jax.jit, static_argnames=("accept_fn", "deterministic", "num_chunks", "chunk"))
-def _sample(key, target, draft_probs, cdf, *, accept_fn, deterministic, num_chunks, chunk):
-    gamma = cdf.shape[0] - 1
-    # Call 1 covers positions 1..gamma (+ bonus), call 2 positions 2..gamma + 1 (+ bonus).
-    p_rows = (target[None, : gamma + 1], target[None, 1:])  # 2 x [1, gamma + 1, vocab]
-    q_rows = (None, None) if deterministic else (draft_probs[None, :gamma], draft_probs[None, 1:])
-    cdf_rows = (cdf[:gamma], cdf[1:])  # 2 x [gamma, vocab]
-
-    def draft(key, cdf):
-        u = jax.random.uniform(key, (1, gamma))  # [1, gamma]
-        # Inverse CDF: the number of CDF entries <= u is the drafted token.
-        return jnp.sum(u[..., None] >= cdf, axis=-1).astype(jnp.int32)  # [1, gamma]
-
-    def one(key):
-        k_draft1, k_accept1, k_draft2, k_accept2 = jax.random.split(key, 4)
-        tokens1, n1 = accept_fn(k_accept1, draft(k_draft1, cdf_rows[0]), q_rows[0], p_rows[0])
-        tokens2, _ = accept_fn(k_accept2, draft(k_draft2, cdf_rows[1]), q_rows[1], p_rows[1])
-        # tokens1[0, :n1 + 1] are emitted; if that is one token, the stream continues with the
-        # second call, which starts at position 2.
-        second = jnp.where(n1[0] >= 1, tokens1[0, 1], tokens2[0, 0])
-        return jnp.stack([tokens1[0, 0], second]), n1[0], tokens1[0]
-
-    def run_chunk(key):
-        return jax.vmap(one)(jax.random.split(key, chunk))
-
-    pairs, n, first = jax.lax.map(run_chunk, jax.random.split(key, num_chunks))
-    return pairs.reshape(-1, 2), n.reshape(-1), first.reshape(-1, gamma + 1)
-
-
 def sample_case(
     case: Case, accept_fn: AcceptFn, seed: int, num_samples: int = NUM_SAMPLES
 ) -> Samples:
@@ -210,18 +160,10 @@ def sample_case(
     """
     if num_samples % CHUNK:
         raise ValueError(f"num_samples must be a multiple of {CHUNK}; got {num_samples}")
-    draft_probs = case.draft_probs if case.draft_probs is not None else case.target[:0]
-    pairs, n, first = _sample(
-        jax.random.key(seed),
-        jnp.asarray(case.target),
-        jnp.asarray(draft_probs),
-        jnp.asarray(draft_cdf(case.draft_dist)),
-        accept_fn=accept_fn,
-        deterministic=case.draft_probs is None,
-        num_chunks=num_samples // CHUNK,
-        chunk=CHUNK,
+    drawn = sampler.sample_stream(
+        case.as_kit_case(), accept_fn, seed, pass_drafted=False, num_samples=num_samples
     )
-    return Samples(np.asarray(pairs), np.asarray(n), np.asarray(first))
+    return Samples(drawn.streams, drawn.first_n, drawn.first_call)
 
 
 def assert_impossible_never_drawn(counts: np.ndarray, probs: np.ndarray, what: str) -> None:

@@ -2,32 +2,14 @@
 verification's published mistakes, as exact (n, y) laws of one call (`RuleLaw`).
 
 The prefix-dependent cases, the target's law and the exact law of the stream of chained calls for
-any `RuleLaw` (enumeration) live in the library's test kit, `specjax.testing.law`, and are
-re-exported here; the rule laws below are written without the library, so the kit's enumeration
-checks the library's JAX rules against code that shares nothing with them.
+any `RuleLaw` (enumeration) live in the library's test kit, `specjax.testing.law`; the rule laws
+below are written without the library, so the kit's enumeration checks the library's JAX rules
+against code that shares nothing with them.
 """
 
 from __future__ import annotations
 
 import numpy as np
-
-from specjax.testing.law import (  # noqa: F401  (re-exported for the tests)
-    PrefixCase,
-    RuleLaw,
-    cdf_probs,
-    context_row,
-    draft_cdf,
-    expected_accepted,
-    first_call_law,
-    make_case,
-    marginal,
-    normalised,
-    num_contexts,
-    offset,
-    prefix_law,
-    stream_law,
-    target_law,
-)
 
 
 def _point_masses(drafts, vocab) -> np.ndarray:

@@ -27,9 +27,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import stats_util
-from stats_util import PVALUE_THRESHOLD, Case
+from stats_util import Case
 
 from specjax.decoding import speculative_accept
+from specjax.testing.stats import PVALUE_THRESHOLD
 
 pytestmark = pytest.mark.slow
 

@@ -27,9 +27,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import stats_util
-from stats_util import PVALUE_THRESHOLD, Case
+from stats_util import Case
 
 from specjax.decoding import residual_distribution, sample_from_probs, speculative_accept
+from specjax.testing.stats import PVALUE_THRESHOLD, pooled_chi2
 
 
 def _f32(x) -> np.ndarray:
@@ -191,7 +192,7 @@ def _after_drafts_chi2(case, drafted, samples):
     rows = samples.num_accepted == drafted
     counts = np.bincount(samples.first_call[rows, drafted], minlength=case.vocab)
     stats_util.assert_impossible_never_drawn(counts, case.p[drafted], f"{case.name} bonus")
-    return stats_util.pooled_chi2(counts, case.p[drafted])
+    return pooled_chi2(counts, case.p[drafted])
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +213,7 @@ def test_ragged_rows_emit_target_tokens(samples, name):
     # (c) exact: never more than d accepted; then the law of n, truncated at d.
     assert s.num_accepted.max() <= drafted
     pmf = stats_util.num_accepted_pmf(case.alphas[:drafted])  # [drafted + 1]
-    law = stats_util.pooled_chi2(np.bincount(s.num_accepted, minlength=drafted + 1), pmf)
+    law = pooled_chi2(np.bincount(s.num_accepted, minlength=drafted + 1), pmf)
     assert law.pvalue > PVALUE_THRESHOLD, law
     # (d) the token after d accepted drafts follows p_{d+1}.
     bonus = _after_drafts_chi2(case, drafted, s)

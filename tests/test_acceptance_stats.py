@@ -18,7 +18,7 @@ keys. Per case:
       p_{gamma+1} (the stream test (b) reaches the bonus only when gamma = 1).
 Any token of probability 0 under the reference law appearing even once fails outright.
 
-False-failure budget: each check fails below p-value 1e-6 (stats_util.PVALUE_THRESHOLD). The file
+False-failure budget: each check fails below p-value 1e-6 (PVALUE_THRESHOLD). The file
 runs 18 cases x (gamma + 5) checks with sum(gamma) = 52, i.e. 142 checks, plus 2 in
 test_rows_of_one_call_are_independent: 144 checks, so a correct sampler fails this file with
 probability <= 144 x 1e-6 ~= 1.4e-4 (Bonferroni; valid whatever the dependence between checks).
@@ -33,9 +33,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import stats_util
-from stats_util import PVALUE_THRESHOLD, Case
+from stats_util import Case
 
 from specjax.decoding import make_warper, speculative_accept
+from specjax.testing.law import draft_cdf
+from specjax.testing.stats import PVALUE_THRESHOLD, pooled_chi2
 
 pytestmark = pytest.mark.slow
 
@@ -166,7 +168,7 @@ def test_num_accepted_distribution(name):
     pmf = stats_util.num_accepted_pmf(case.alphas)
     counts = np.bincount(n, minlength=case.gamma + 1)
     stats_util.assert_impossible_never_drawn(counts, pmf, f"{name} num_accepted")
-    result = stats_util.pooled_chi2(counts, pmf)
+    result = pooled_chi2(counts, pmf)
     # Two checks at 1e-6 each; file-wide false failure <= 1.4e-4 (see module docstring).
     assert result.pvalue > PVALUE_THRESHOLD, result
     mean, variance = stats_util.emitted_length_moments(case.alphas)
@@ -201,7 +203,7 @@ def test_rows_of_one_call_are_independent():
     vocab, gamma, chunk = case.vocab, case.gamma, stats_util.CHUNK
     p_rows = jnp.broadcast_to(jnp.asarray(case.target[: gamma + 1]), (2, gamma + 1, vocab))
     q_rows = jnp.broadcast_to(jnp.asarray(case.draft_probs[:gamma]), (2, gamma, vocab))
-    cdf = jnp.asarray(stats_util.draft_cdf(case.draft_dist[:gamma]))  # [gamma, vocab]
+    cdf = jnp.asarray(draft_cdf(case.draft_dist[:gamma]))  # [gamma, vocab]
 
     def one(key):
         k_draft, k_accept = jax.random.split(key)
@@ -219,8 +221,8 @@ def test_rows_of_one_call_are_independent():
     counts = np.bincount(firsts[:, 0] * vocab + firsts[:, 1], minlength=vocab * vocab)
     joint = np.outer(case.p[0], case.p[0]).ravel()
     stats_util.assert_impossible_never_drawn(counts, joint, "rows (0, 1)")
-    result = stats_util.pooled_chi2(counts, joint)
+    result = pooled_chi2(counts, joint)
     # Threshold 1e-6; file-wide false failure <= 1.4e-4 (see module docstring).
     assert result.pvalue > PVALUE_THRESHOLD, result
-    second = stats_util.pooled_chi2(np.bincount(firsts[:, 1], minlength=vocab), case.p[0])
+    second = pooled_chi2(np.bincount(firsts[:, 1], minlength=vocab), case.p[0])
     assert second.pvalue > PVALUE_THRESHOLD, second

@@ -1,6 +1,6 @@
 """Block verification: exact laws by enumeration, exact outputs of `block_accept`, bad input.
 
-(a) Exact enumeration (tests/stream_law.py, float64): on a 4-token vocabulary with p and q that
+(a) Exact enumeration (`specjax.testing.law`, float64): on a 4-token vocabulary with p and q that
 depend on the whole prefix, the law of the first max(3, γ + 1) tokens emitted by chained calls of
 block verification (an independent numpy reference, `stream_law.block_law`) equals the target's
 to 1e-12, for γ = 1, 2, 3 and every case kind; the three published mistakes are not lossless (off
@@ -21,12 +21,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import stream_law
-from stream_law import BLOCK_BUGS, block_law, make_case, tokenwise_law
+from stream_law import BLOCK_BUGS, block_law, tokenwise_law
 from test_acceptance_exact import _bad_cases
 
 from specjax.decoding import block_accept, speculative_accept
 from specjax.decoding.rules.block import expected_accepted, stop_chances
+from specjax.testing import law as kit
+from specjax.testing.law import make_case
 
 KINDS = ("prefix", "sparse", "one_hot_p", "p_equals_q", "deterministic", "bf16", "ragged")
 KEYS = [jax.random.key(seed) for seed in (0, 1, 2, 12345)]
@@ -35,9 +36,9 @@ jit_block = jax.jit(block_accept, static_argnames="fill_value")
 
 def _max_errors(case, law) -> list[float]:
     """Max abs error of the joint law of the first k tokens, k = 1..length."""
-    target = stream_law.target_law(case)
+    target = kit.target_law(case)
     return [
-        float(np.abs(stream_law.prefix_law(law, k) - stream_law.prefix_law(target, k)).max())
+        float(np.abs(kit.prefix_law(law, k) - kit.prefix_law(target, k)).max())
         for k in range(1, case.length + 1)
     ]
 
@@ -54,18 +55,18 @@ def _case(kind, gamma):
 @pytest.mark.parametrize("kind", KINDS)
 def test_block_verification_stream_is_the_target_law(kind, gamma):
     case = _case(kind, gamma)
-    errors = _max_errors(case, stream_law.stream_law(case, block_law))
+    errors = _max_errors(case, kit.stream_law(case, block_law))
     # Measured max 3.3e-16 over all kinds and gammas.
     assert max(errors) < 1e-12, errors
     # The harness's own control: token-wise verification, the same enumeration.
-    assert max(_max_errors(case, stream_law.stream_law(case, tokenwise_law))) < 1e-12
+    assert max(_max_errors(case, kit.stream_law(case, tokenwise_law))) < 1e-12
 
 
 @pytest.mark.parametrize("gamma", [2, 3])
 @pytest.mark.parametrize("bug", BLOCK_BUGS)
 def test_published_mistakes_are_not_lossless(bug, gamma):
     case = _case("prefix", gamma)
-    law = stream_law.stream_law(case, functools.partial(block_law, bug=bug))
+    law = kit.stream_law(case, functools.partial(block_law, bug=bug))
     errors = _max_errors(case, law)
     # Measured (joint of the first length tokens, prefix case): h_is_b 1.6e-2 (gamma 2), 4.6e-2
     # (3); residual_without_b 1.8e-3, 2.6e-3; contiguous_prefix 7.6e-2, 7.6e-2. The largest error
@@ -81,7 +82,7 @@ def test_residual_without_b_can_be_exact_for_two_tokens_and_wrong_from_the_third
     # shifts the third's by 2.7e-2. (On the dense prefix case it is already off at the second,
     # by 3e-3; the issue's "only from the third token on" is case-dependent.)
     case = _case("sparse", 3)
-    law = stream_law.stream_law(case, functools.partial(block_law, bug="residual_without_b"))
+    law = kit.stream_law(case, functools.partial(block_law, bug="residual_without_b"))
     errors = _max_errors(case, law)
     assert max(errors[:2]) < 1e-12 and errors[2] > 1e-2, errors
 
@@ -91,8 +92,8 @@ def test_all_mistakes_coincide_with_the_rule_at_gamma_one():
     # token-wise rule, so gamma = 1 cannot tell them apart; the tests use gamma >= 2 for them.
     case = _case("prefix", 1)
     for bug in BLOCK_BUGS:
-        law = stream_law.first_call_law(case, functools.partial(block_law, bug=bug))
-        np.testing.assert_allclose(law, stream_law.first_call_law(case, tokenwise_law), atol=1e-15)
+        law = kit.first_call_law(case, functools.partial(block_law, bug=bug))
+        np.testing.assert_allclose(law, kit.first_call_law(case, tokenwise_law), atol=1e-15)
 
 
 # ----------------------------------------------------------------------------- (b) E[accepted]
@@ -109,8 +110,8 @@ def test_block_accepts_at_least_as_many_as_tokenwise_in_every_context(kind, gamm
     case = _case(kind, gamma)
     gains = []
     for context in _contexts(case):
-        block = stream_law.expected_accepted(case, block_law, context)
-        token = stream_law.expected_accepted(case, tokenwise_law, context)
+        block = kit.expected_accepted(case, block_law, context)
+        token = kit.expected_accepted(case, tokenwise_law, context)
         assert block >= token - 1e-12, (context, block, token)
         gains.append(block - token)
     if kind == "deterministic" or gamma == 1 or kind in ("p_equals_q", "one_hot_p"):
@@ -146,8 +147,8 @@ def test_designated_prefix_case_values():
     # gamma 3: 1.392915 vs 1.259099 (+10.6 %).
     got = {
         g: (
-            stream_law.expected_accepted(_case("prefix", g), block_law),
-            stream_law.expected_accepted(_case("prefix", g), tokenwise_law),
+            kit.expected_accepted(_case("prefix", g), block_law),
+            kit.expected_accepted(_case("prefix", g), tokenwise_law),
         )
         for g in (2, 3)
     }
@@ -250,7 +251,7 @@ def test_law_of_one_call_matches_the_numpy_reference(kind, gamma):
     # For a fixed draft vector, the law of (n, y) that block_accept samples equals the numpy
     # reference's exact law: 2^14 rows per draft vector of the root context, chi-square at
     # 1e-6 (8 draft vectors per case, 24 checks: false failure <= 2.4e-5, Bonferroni).
-    from stats_util import PVALUE_THRESHOLD, pooled_chi2
+    from specjax.testing.stats import PVALUE_THRESHOLD, pooled_chi2
 
     case = _case(kind, gamma)
     rows = 1 << 14

@@ -1,10 +1,10 @@
 """Statistical losslessness of `block_accept` on prefix-dependent p and q, and the power to see
 block verification's published mistakes.
 
-Harness: tests/stream_stats.py. For each case (tests/stream_law.py `make_case`: 4 tokens, p and q
-one row per whole prefix, γ drafts per call) 2^20 = 1,048,576 fixed-seed keys each run a decoder
-of chained `block_accept` calls (vmapped, one row per key) and record the first L = max(3, γ + 1)
-emitted tokens and the first call's number of accepted drafts. Per case:
+Harness: the kit's `specjax.testing.sampler`. For each case (`specjax.testing.law.make_case`:
+4 tokens, p and q one row per whole prefix, γ drafts per call) 2^20 = 1,048,576 fixed-seed keys
+each run a decoder of chained `block_accept` calls (vmapped, one row per key) and record the
+first L = max(3, γ + 1) emitted tokens and the first call's number of accepted drafts. Per case:
   (a) chi-square of the joint of the first L tokens against the target's exact law (4^L cells);
   (b) chi-square of each position's marginal (L checks);
   (c) chi-square of the first call's num_accepted against block verification's exact law from the
@@ -25,7 +25,7 @@ coin: 5.2e5 (miss probability scipy.stats.ncx2.cdf(447.5, 255, 4721) = 0 in floa
 sparse case (15 dof, critical value 90.0) the residual without b_τ has lambda = 1.9e4 on the
 joint of 4 tokens but 5e-27 on the first two: a two-token test passes it, so (a) looks at >= 3.
 
-False-failure budget: every check fails below 1e-6 (stats_util.PVALUE_THRESHOLD). 7 cases with
+False-failure budget: every check fails below 1e-6 (PVALUE_THRESHOLD). 7 cases with
 L = 4 (6 checks each) + 1 with L = 3 (5 checks) + 3 control checks = 50 checks: a correct rule
 fails this file with probability <= 5e-5 (Bonferroni, any dependence). Seeds are fixed, so a run
 is deterministic. Compiled programs: block_accept at γ = 3 (one for all stochastic float32 cases,
@@ -41,11 +41,11 @@ import jax
 import jax.numpy as jnp
 import pytest
 import stream_law
-import stream_stats
-from stats_util import PVALUE_THRESHOLD
-from stream_law import make_case
 
 from specjax.decoding import block_accept
+from specjax.testing import sampler
+from specjax.testing.law import make_case
+from specjax.testing.stats import PVALUE_THRESHOLD
 
 pytestmark = pytest.mark.slow
 
@@ -68,14 +68,14 @@ SEEDS = {name: 300 + i for i, name in enumerate(CASES)}
 
 
 @functools.cache
-def _samples(name: str) -> stream_stats.StreamSamples:
-    return stream_stats.sample_stream(CASES[name], block_accept, seed=SEEDS[name])
+def _samples(name: str) -> sampler.StreamSamples:
+    return sampler.sample_stream(CASES[name], block_accept, seed=SEEDS[name])
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_emitted_stream_is_the_target_law(name):
     case = CASES[name]
-    for check, result in stream_stats.stream_checks(case, _samples(name)).items():
+    for check, result in sampler.stream_checks(case, _samples(name)).items():
         # 1 + L checks at 1e-6; file-wide false failure <= 5e-5 (module docstring).
         assert result.pvalue > PVALUE_THRESHOLD, (check, result)
 
@@ -84,7 +84,7 @@ def test_emitted_stream_is_the_target_law(name):
 def test_num_accepted_follows_block_verification(name):
     case = CASES[name]
     samples = _samples(name)
-    result = stream_stats.first_n_chi2(case, samples, stream_law.block_law)
+    result = sampler.first_n_chi2(case, samples, stream_law.block_law)
     # 1 check at 1e-6; file-wide false failure <= 5e-5 (module docstring).
     assert result.pvalue > PVALUE_THRESHOLD, result
     if case.ragged:  # the first call (empty context) drafts one token
@@ -149,8 +149,8 @@ def _reference_block(key, draft_tokens, draft_probs, target_probs, bug, *, num_d
 
 
 @functools.cache
-def _reference_samples(name: str, bug: str | None) -> stream_stats.StreamSamples:
-    return stream_stats.sample_stream(
+def _reference_samples(name: str, bug: str | None) -> sampler.StreamSamples:
+    return sampler.sample_stream(
         CASES[name],
         _reference_block,
         seed=400 + BUG_IDS[bug],
@@ -162,15 +162,15 @@ def test_reference_without_bug_passes():
     # Control: the same reference with the switch at 0. 2 checks at 1e-6 (file budget 5e-5).
     case = CASES["prefix_g3"]
     samples = _reference_samples("prefix_g3", None)
-    assert stream_stats.joint_chi2(case, samples).pvalue > PVALUE_THRESHOLD
-    n_law = stream_stats.first_n_chi2(case, samples, stream_law.block_law)
+    assert sampler.joint_chi2(case, samples).pvalue > PVALUE_THRESHOLD
+    n_law = sampler.first_n_chi2(case, samples, stream_law.block_law)
     assert n_law.pvalue > PVALUE_THRESHOLD, n_law
 
 
 @pytest.mark.parametrize("bug", ["h_is_b", "residual_without_b", "contiguous_prefix"])
 def test_published_mistakes_are_rejected(bug):
     case = CASES["prefix_g3"]
-    result = stream_stats.joint_chi2(case, _reference_samples("prefix_g3", bug))
+    result = sampler.joint_chi2(case, _reference_samples("prefix_g3", bug))
     assert result.pvalue < DETECTION_PVALUE, result
 
 
@@ -179,5 +179,5 @@ def test_residual_without_b_needs_the_third_token():
     # lambda = 1.9e4 on the joint of four.
     case = CASES["sparse_g3"]
     samples = _reference_samples("sparse_g3", "residual_without_b")
-    assert stream_stats.joint_chi2(case, samples, k=2).pvalue > PVALUE_THRESHOLD
-    assert stream_stats.joint_chi2(case, samples).pvalue < DETECTION_PVALUE
+    assert sampler.joint_chi2(case, samples, k=2).pvalue > PVALUE_THRESHOLD
+    assert sampler.joint_chi2(case, samples).pvalue < DETECTION_PVALUE

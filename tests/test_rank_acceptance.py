@@ -4,7 +4,7 @@
   enumeration written from the rule's definition) to float32 rounding.
 * "without" is a Monte Carlo of `tree_accept` itself: at each of 4 hand-written positions the
   counts of each rank (and of "none accepted") over 2^16 races go through a pooled chi-square
-  against the exact enumeration, failing below stats_util.PVALUE_THRESHOLD = 1e-6: 4 checks,
+  against the exact enumeration, failing below PVALUE_THRESHOLD = 1e-6: 4 checks,
   false-failure probability <= 4e-6 (Bonferroni). Power: the with-replacement vector at the same
   positions must be rejected at p < 1e-12.
 * P[1] is beta: over sequences scored by an n-gram pair, mean P[1] is the alpha of the same
@@ -21,6 +21,7 @@ from positional_reference import exact_positional
 from specjax.decoding import make_warper
 from specjax.models.ngram import NgramLM, fit_ngram
 from specjax.rank_acceptance import rank_acceptance, rank_acceptance_on_sequences
+from specjax.testing.stats import PVALUE_THRESHOLD, pooled_chi2
 
 P = np.array(
     [
@@ -70,10 +71,10 @@ def test_without_replacement_monte_carlo_matches_enumeration():
         counts = np.round(np.append(got[row], 1 - got[row].sum()) * samples)  # ranks, then none
         want = np.append(honest[row], 1 - honest[row].sum())
         stats_util.assert_impossible_never_drawn(counts, want, f"position {row}")
-        worst = min(worst, stats_util.pooled_chi2(counts, want).pvalue)
+        worst = min(worst, pooled_chi2(counts, want).pvalue)
         wrong = np.append(other[row], 1 - other[row].sum())
-        strongest = min(strongest, stats_util.pooled_chi2(counts, np.maximum(wrong, 1e-9)).pvalue)
-    assert worst > stats_util.PVALUE_THRESHOLD, worst  # measured: min p = 0.014
+        strongest = min(strongest, pooled_chi2(counts, np.maximum(wrong, 1e-9)).pvalue)
+    assert worst > PVALUE_THRESHOLD, worst  # measured: min p = 0.014
     assert strongest < 1e-12, strongest  # power: the with-replacement vector is rejected
 
 

@@ -12,6 +12,7 @@ verification rule given as its exact output law (`RuleLaw`: for one call's draft
 P(n = i, next token = y)), by memoised recursion over prefixes, so a rule written in numpy can be
 compared with the target at ~1e-15; `first_call_law` and `expected_accepted` give one call's
 (n, y) law and E[n]. `make_case` builds the kit's cases (`specjax.testing.kit`) from fixed seeds.
+A `PositionCase` (p, q, r by position only) fits vocabularies too large for a row per context.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class PrefixCase:
     draft: np.ndarray | None
     draft_dist: np.ndarray
     ragged: bool = False
+    positional = False  # rows are contexts (see `PositionCase`)
 
     def __post_init__(self):
         rows = num_contexts(self.vocab, self.max_context)
@@ -97,6 +99,68 @@ class PrefixCase:
         if not self.ragged:
             return self.gamma
         return (context_row(tuple(context), self.vocab) + 1) % (self.gamma + 1)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PositionCase:
+    """p, q, r that depend on the position in the stream only, not on the tokens before it.
+
+    One row per absolute position (row t for the (t+1)-th token), so a large vocabulary fits
+    where a `PrefixCase` (a row per context) would not; a lossless rule then emits independent
+    draws of p_1, p_2, .... The functions of this module and `sampler.sample_stream` take either
+    kind (a position-only case reads row `len(context)` for every context).
+
+    Attributes:
+      name: test id.
+      gamma: drafted tokens per call.
+      length: emitted tokens whose law is tested.
+      target: [length + gamma, vocab] p per position, as given to the rule.
+      draft: [length + gamma - 1, vocab] q per position as given to the rule, or None:
+        deterministic drafts (point masses).
+      draft_dist: [length + gamma - 1, vocab] r: what drafts are drawn from.
+    """
+
+    name: str
+    gamma: int
+    length: int
+    target: np.ndarray
+    draft: np.ndarray | None
+    draft_dist: np.ndarray
+    ragged = False
+    positional = True  # rows are positions (`sampler.sample_stream` reads this)
+
+    def __post_init__(self):
+        rows, v = self.length + self.gamma, self.vocab
+        assert self.target.shape == (rows, v), (self.name, self.target.shape)
+        assert self.draft_dist.shape == (rows - 1, v), (self.name, self.draft_dist.shape)
+        assert self.draft is None or self.draft.shape == (rows - 1, v), self.name
+
+    @property
+    def vocab(self) -> int:
+        return int(self.target.shape[-1])
+
+    @property
+    def max_context(self) -> int:
+        return self.length - 1 + self.gamma
+
+    @functools.cached_property
+    def p(self) -> np.ndarray:
+        return normalised(self.target)
+
+    @functools.cached_property
+    def q(self) -> np.ndarray | None:
+        return None if self.draft is None else normalised(self.draft)
+
+    @functools.cached_property
+    def r(self) -> np.ndarray:
+        return normalised(self.draft_dist)
+
+    def row(self, context) -> int:
+        return len(tuple(context))
+
+    def num_drafted(self, context) -> int:
+        del context
+        return self.gamma
 
 
 def offset(length: int, vocab: int) -> int:

@@ -49,6 +49,7 @@ class StreamSamples:
         "pass_drafted",
         "num_chunks",
         "chunk",
+        "positional",
     ),
 )
 def _sample(
@@ -66,9 +67,12 @@ def _sample(
     pass_drafted,
     num_chunks,
     chunk,
+    positional=False,
 ):
     vocab = target.shape[-1]
-    offsets = jnp.asarray([law.offset(n, vocab) for n in range(length + gamma + 1)])
+    # Row offsets of the contexts of each length (unused, and too large, by position-only cases).
+    sizes = range(length + gamma + 1)
+    offsets = jnp.asarray([0 if positional else law.offset(n, vocab) for n in sizes])
 
     def call(key, buf, ell):
         k_draft, k_accept = jax.random.split(key)
@@ -79,7 +83,8 @@ def _sample(
         u = jax.random.uniform(k_draft, (gamma,))
         rows, drafts, cur = [], [], code
         for i in range(gamma + 1):
-            rows.append(offsets[ctx_len + i] + cur)
+            # A position-only case (`law.PositionCase`) has one row per position.
+            rows.append(ctx_len + i if positional else offsets[ctx_len + i] + cur)
             if i < gamma:  # inverse CDF: the number of CDF entries <= u is the drafted token
                 token = jnp.sum(u[i] >= cdf[rows[-1]]).astype(jnp.int32)
                 drafts.append(token)
@@ -118,7 +123,7 @@ def _sample(
 
 
 def sample_stream(
-    case: PrefixCase,
+    case: PrefixCase | law.PositionCase,
     accept_fn,
     seed: int,
     *,
@@ -130,7 +135,7 @@ def sample_stream(
     """Runs chained calls of `accept_fn` on `num_samples` independent keys (see module doc).
 
     Args:
-      case: the tables.
+      case: the tables (a `PrefixCase`, or a position-only `law.PositionCase`).
       accept_fn: `speculative_accept`'s signature, called as accept_fn(key, drafts [1, gamma],
         q [1, gamma, vocab] | None, p [1, gamma + 1, vocab], *params, num_drafted=[1]).
       seed: fixed seed.
@@ -162,6 +167,7 @@ def sample_stream(
         pass_drafted=pass_drafted,
         num_chunks=num_samples // chunk,
         chunk=chunk,
+        positional=case.positional,
     )
     return StreamSamples(np.asarray(streams), np.asarray(n), np.asarray(first))
 
