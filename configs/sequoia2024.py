@@ -52,7 +52,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
     config.zoo = zoo
     config.corpus = options.get("corpus", "python")
 
-    # Models (experiments/leviathan2023/models.py builds and caches them). One draft per run.
+    # Models (experiments/common/models.py builds and caches them). One draft per run.
     if tiny:
         config.target, config.drafts = "tiny_target", ("tiny_draft",)
     elif zoo:

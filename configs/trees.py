@@ -48,7 +48,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
     config.zoo = zoo
     config.corpus = "python"
 
-    # Models, built and cached by experiments/leviathan2023/models.py: the target and one pair
+    # Models, built and cached by experiments/common/models.py: the target and one pair
     # per draft. mini_* are leviathan2023's MINI_SIZES (same training config, same cache entry);
     # "<draft>_distilled" is fine-tuned towards the target with the TV objective (aimed at α).
     if tiny:

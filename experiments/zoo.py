@@ -108,7 +108,7 @@ def main_job_model_dirs() -> dict:
     """
     # Imported here: the pipeline's training configs are only needed to find the cache keys.
     from configs import leviathan2023 as lev_config
-    from experiments.leviathan2023 import models as lev_models
+    from experiments.common import models as lev_models
 
     lev = lev_config.get_config("tiny")
     target_cfg = lev_models.train_config(lev.target, lev)

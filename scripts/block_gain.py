@@ -51,7 +51,7 @@ from absl import app, flags
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from configs import leviathan2023 as lev_config  # noqa: E402
-from experiments.leviathan2023 import models as model_lib  # noqa: E402
+from experiments.common import models as model_lib  # noqa: E402
 from specjax.benchmark.timing import interleaved  # noqa: E402
 from specjax.checkpoint import load_model  # noqa: E402
 from specjax.data import load_corpus  # noqa: E402

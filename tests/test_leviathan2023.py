@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from configs import leviathan2023 as lev_config
-from experiments.leviathan2023 import models as model_lib
+from experiments.common import models as model_lib
 from experiments.leviathan2023 import pipeline, report
 from specjax import theory
 

@@ -25,7 +25,7 @@ import ml_collections
 import numpy as np
 
 from configs import leviathan2023 as lev_config
-from experiments.leviathan2023 import models as model_lib
+from experiments.common import models as model_lib
 from specjax.benchmark.costs import call_cost
 from specjax.benchmark.timing import interleaved, time_call
 from specjax.data import ByteTokenizer, load_corpus

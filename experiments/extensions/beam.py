@@ -28,7 +28,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from experiments.extensions.models import model_path
+from experiments.common.models import model_path
 from specjax import checkpoint
 from specjax.benchmark.timing import interleaved
 from specjax.data import load_corpus
@@ -44,7 +44,7 @@ def config(tiny: bool = False) -> ml_collections.ConfigDict:
     # Corpus the prompts are cut from (validation split).
     c.corpus = "python"
     # Target and drafts: pipeline names resolved on `corpus` or model-cache directory names
-    # (experiments/extensions/models.py), or "random:<layers>x<embed>" for a random-weight
+    # (experiments/common/models.py), or "random:<layers>x<embed>" for a random-weight
     # transformer (tests, the tiny config).
     c.target = "mini_target"
     c.drafts = ("mini_draft_distilled",)

@@ -65,7 +65,7 @@ def config(tiny: bool = False) -> ml_collections.ConfigDict:
     # "cached": the mini pair from the model cache; "random": random-weight tiny transformers.
     c.models = "random" if tiny else "cached"
     # Pipeline names resolved on `corpus`, or model-cache directory names
-    # (experiments/extensions/models.py).
+    # (experiments/common/models.py).
     c.target = "mini_target"
     c.middle = "mini_draft"
     # Corpus of the bigram (its training split) and of the prompts (validation split).
@@ -122,7 +122,7 @@ def load_models(cfg, log=print) -> dict:
             "small": (NgramLM(vocab, 2), fit_ngram(train, vocab, 2), "bigram (random tokens)"),
         }
         return {"models": models, "prompts": prompts}
-    from experiments.extensions.models import model_path
+    from experiments.common.models import model_path
     from specjax.checkpoint import load_model
     from specjax.data import load_corpus
     from specjax.data.batches import sample_prompts

@@ -17,7 +17,7 @@ import time
 import jax
 import numpy as np
 
-from experiments.leviathan2023 import models as model_lib
+from experiments.common import models as model_lib
 from experiments.leviathan2023 import report
 from specjax import theory
 from specjax.benchmark.alpha_generated import alpha_on_sequences, generate_reference

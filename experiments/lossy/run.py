@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from experiments.extensions.models import model_path
+from experiments.common.models import model_path
 from specjax.benchmark.rule_compare import compare_rules
 from specjax.checkpoint import load_model
 from specjax.data import load_corpus

@@ -25,8 +25,8 @@ import time
 import jax
 import numpy as np
 
+from experiments.common import models as model_lib
 from experiments.sequoia2024 import methods, plots, report
-from experiments.trees.pipeline import load_models
 from specjax.benchmark.alpha_generated import generate_reference
 from specjax.benchmark.costs import call_cost, iteration_cost
 from specjax.benchmark.timing import interleaved
@@ -368,7 +368,7 @@ def run(config, workdir: str) -> dict:
     load_start = os.getloadavg()
     os.makedirs(workdir, exist_ok=True)
     _log(f"[1/4] models (target {config.target}, draft {config.drafts[0]}, {config.corpus})")
-    loaded = load_models(config, workdir)
+    loaded = model_lib.load_with_bases(config, workdir, _log)
     target, tparams, tmeta = loaded["target"]
     draft_name = config.drafts[0]
     draft, dparams, _ = loaded["drafts"][draft_name]

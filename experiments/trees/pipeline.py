@@ -19,7 +19,7 @@ import time
 import jax
 import numpy as np
 
-from experiments.leviathan2023 import models as model_lib
+from experiments.common import models as model_lib
 from experiments.trees import report, shapes
 from specjax.benchmark.costs import call_cost, tree_call_cost
 from specjax.benchmark.timing import interleaved
@@ -66,27 +66,6 @@ def tree_specs(config) -> list[dict]:
         seen[tree.parents] = spec
         specs.append(spec)
     return specs
-
-
-def load_models(config, workdir: str) -> dict:
-    """Target and drafts (trained and cached by leviathan2023's model code if missing).
-
-    A distilled draft is fine-tuned from the data-trained draft of its size, which is loaded
-    (trained) first; only `config.drafts` are measured.
-    """
-    names = []
-    for name in config.drafts:
-        if name.endswith(model_lib.DISTILLED_SUFFIX):
-            base = name[: -len(model_lib.DISTILLED_SUFFIX)]
-            if base not in names:
-                names.append(base)
-        if name not in names:
-            names.append(name)
-    sub = config.copy_and_resolve_references()
-    sub.drafts = tuple(names)
-    loaded = model_lib.load_all(sub, workdir, _log)
-    loaded["drafts"] = {n: loaded["drafts"][n] for n in config.drafts}
-    return loaded
 
 
 def draft_widths(tree: TokenTree) -> list[int]:
@@ -269,7 +248,7 @@ def run(config, workdir: str) -> dict:
     os.makedirs(workdir, exist_ok=True)
     specs = tree_specs(config)
     _log(f"[1/3] models (target {config.target}, drafts {list(config.drafts)})")
-    loaded = load_models(config, workdir)
+    loaded = model_lib.load_with_bases(config, workdir, _log)
     target, tparams, tmeta = loaded["target"]
     drafts = loaded["drafts"]
     val = np.asarray(load_corpus(config.corpus, "validation", ByteTokenizer()))

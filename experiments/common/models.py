@@ -1,12 +1,16 @@
-"""The pipeline's models: train them (or reuse cached weights), fit n-grams, load everything.
+"""The experiments' trained models: train them (or reuse cached weights), fit n-grams, load.
 
-Transformer weights come from specjax's training loop and are cached by their training config
-(`specjax.training.zoo.model_cache_dir`), so a second pipeline run only loads them.
+The leviathan2023 pipeline's models, which the trees, sequoia2024, extensions and lossy
+experiments and the generate mode reuse. Transformer weights come from specjax's training loop
+and are cached by their training config (`specjax.training.zoo.model_cache_dir`), so a second
+run only loads them. `model_path` resolves a model by pipeline name or model-cache directory
+name; `load_with_bases` loads a target and drafts, a distilled draft's data-trained base first.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 
 import numpy as np
 
@@ -134,3 +138,48 @@ def model_dir(name: str, config, workdir: str, log=print) -> str:
     size = name[: -len(DISTILLED_SUFFIX)] if distill else name
     target_cfg = train_config(config.target, config) if distill else None
     return ensure_model_dir(train_config(size, config, distill_from=target_cfg), workdir, log)
+
+
+def load_with_bases(config, workdir: str, log=print) -> dict:
+    """`load_all` for `config.drafts`, training a distilled draft's data-trained base first.
+
+    A distilled draft is fine-tuned from the data-trained draft of its size, which is loaded
+    (trained) first; only `config.drafts` are returned.
+    """
+    names = []
+    for name in config.drafts:
+        if name.endswith(DISTILLED_SUFFIX):
+            base = name[: -len(DISTILLED_SUFFIX)]
+            if base not in names:
+                names.append(base)
+        if name not in names:
+            names.append(name)
+    sub = config.copy_and_resolve_references()
+    sub.drafts = tuple(names)
+    loaded = load_all(sub, workdir, log)
+    loaded["drafts"] = {n: loaded["drafts"][n] for n in config.drafts}
+    return loaded
+
+
+# Names `model_path` resolves through the leviathan2023 pipeline (trained on the asked corpus).
+PIPELINE_NAMES = ("mini_target", "mini_draft", "mini_draft_distilled", "tiny_target", "tiny_draft")
+
+
+def model_path(name: str, corpus: str, log=print, option: str = "target") -> str:
+    """The exported model directory of `name` on `corpus`; errors name the config `option`.
+
+    A name the leviathan2023 pipeline knows (`PIPELINE_NAMES`) resolves to that model trained on
+    `corpus` (from the model cache, trained first if absent: minutes for the mini models); any
+    other name is a directory under the model cache root (`specjax.training.zoo.cache_root()`),
+    e.g. "mini_target-python-b1c5c50bde14".
+    """
+    if name in PIPELINE_NAMES:
+        lev = lev_config.get_config(f"tiny,corpus={corpus}")
+        return model_dir(name, lev, os.path.join(tempfile.gettempdir(), "ext"), log)
+    path = os.path.join(zoo.cache_root(), name)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(
+            f"{option}={name!r}: no such model; use one of {PIPELINE_NAMES} (trained on the "
+            f"config's corpus if not cached) or a directory name under {zoo.cache_root()}"
+        )
+    return path
