@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from experiments import zoo
+from experiments.common import pair
 from specjax.benchmark import costs
 from specjax.benchmark.versus import versus_autoregressive
 from specjax.data import EOS_ID, ByteTokenizer, load_corpus
@@ -40,11 +40,11 @@ from specjax.decoding.rules import accept_rule, is_lossless
 from specjax.models import TransformerLM, build
 
 DRAFT_KINDS = ("transformer", "bigram", "unigram", "uniform", "prompt_lookup", "self", "none")
-WEIGHTS = ("auto", "trained", "random")
+WEIGHTS = pair.WEIGHTS
 
 
 def resolve_weights(config) -> tuple[dict, str | None]:
-    """Which checkpoints to load, following `config.weights`.
+    """Which checkpoints to load, following `config.weights` (`experiments/common/pair.py`).
 
     Returns:
       ({"target": path | None, "draft": path | None, "trained": bool}, note): the note is one
@@ -61,26 +61,12 @@ def resolve_weights(config) -> tuple[dict, str | None]:
     }
     if weights == "random" or config.target_checkpoint or config.target_hf_checkpoint:
         return chosen, None
-    dirs = zoo.main_job_model_dirs()
-    needed = ["target"] + (["draft"] if config.draft_kind == "transformer" else [])
-    missing = [name for name in needed if not os.path.isdir(dirs[name])]
-    if missing:
-        where = os.path.dirname(dirs["target"])
-        if weights == "trained":
-            raise FileNotFoundError(
-                f"config.weights='trained': the main job's trained {' and '.join(missing)} "
-                f"are not in the model cache {where}; train them once (~7 min on a 2-core CPU) "
-                f"with `{zoo.MAIN_JOB}`, or set --config.weights=auto"
-            )
-        note = (
-            f"note: random weights, so the text is noise and the draft agrees with the target "
-            f"by chance only (no speedup to expect): the main job's trained models are not in "
-            f"{where}. Run `{zoo.MAIN_JOB}` once (~7 min on a 2-core CPU) and this run uses them "
-            "(--config.weights=random silences this)."
-        )
+    transformer_draft = config.draft_kind == "transformer"
+    dirs, note = pair.main_job_pair(weights, need_draft=transformer_draft)
+    if dirs is None:
         return chosen, note
     chosen["target"] = dirs["target"]
-    if config.draft_kind == "transformer" and not config.draft_checkpoint:
+    if transformer_draft and not config.draft_checkpoint:
         chosen["draft"] = dirs["draft"]
     chosen["trained"] = True
     return chosen, None
@@ -478,23 +464,13 @@ def format_report(result: dict) -> str:
 
 def _why_no_speedup(result: dict) -> str | None:
     """One line on why the speculative decoder was not faster, when it was not."""
-    if result["speedup"] is None or result["speedup"] >= 1.0:
-        return None
-    kind = result.get("draft_kind")
-    if kind == "self":
-        why = "draft=self drafts with the target itself (α = 1 but every draft costs a target call)"
-    elif result.get("random_weights"):
-        why = (
-            "the models are random, so the draft agrees with the target by chance only "
-            f"(α = {result['speculative']['stats']['alpha_empirical']:.2f})"
-        )
-    else:
-        why = (
-            f"α = {result['speculative']['stats']['alpha_empirical']:.2f} does not pay for the "
-            "draft calls and the wider verification on this machine (python -m "
-            "experiments.main --config=configs/theory.py shows what α and c need)"
-        )
-    return f"why no speedup: {why}."
+    spec = result.get("speculative")
+    return pair.why_no_speedup(
+        result["speedup"],
+        0.0 if spec is None else spec["stats"]["alpha_empirical"],
+        random_weights=bool(result.get("random_weights")),
+        self_draft="draft=self" if result.get("draft_kind") == "self" else None,
+    )
 
 
 def run(config, workdir: str) -> dict:

@@ -147,22 +147,12 @@ def trained_pair():
       --weights allows, else (None, None, note): `note` is one line for the user (None when
       --weights=random asked for random weights).
     """
-    if _WEIGHTS.value == "random":
-        return None, None, None
-    from experiments import zoo
+    from experiments.common.pair import main_job_pair
     from specjax.checkpoint import load_model
 
-    dirs = zoo.main_job_model_dirs()
-    missing = [name for name, path in dirs.items() if not os.path.isdir(path)]
-    if missing:
-        where = os.path.dirname(dirs["target"])
-        text = (
-            f"the main job's trained {' and '.join(missing)} are not in {where}; run "
-            f"`{zoo.MAIN_JOB}` once (~7 min on a 2-core CPU)"
-        )
-        if _WEIGHTS.value == "trained":
-            raise FileNotFoundError(f"--weights=trained: {text}")
-        return None, None, f"note: random weights, so alpha is near chance and no speedup: {text}"
+    dirs, note = main_job_pair(_WEIGHTS.value, option="--weights")
+    if dirs is None:
+        return None, None, note
     target, tparams, _ = load_model(dirs["target"])
     draft, dparams, _ = load_model(dirs["draft"])
     return (target, tparams), (draft, dparams), None
@@ -714,19 +704,15 @@ def report(figures: dict) -> str:
 
 def _why_no_speedup(figures: dict) -> str | None:
     """One line on why speculation was not faster (process CPU time), when it was not."""
-    if figures["cpu"]["speedup"] >= 1.0:
-        return None
-    c, alpha = figures["config"], figures["alpha_empirical"]
-    if c["draft"] == "self":
-        why = "--draft=self drafts with the target itself (alpha = 1, but a target call per draft)"
-    elif c.get("weights") == "random":
-        why = (
-            f"random weights agree by chance only (alpha {alpha:.2f}); the trained pair "
-            "(--weights=auto after the README main job) shows the method"
-        )
-    else:
-        why = f"alpha {alpha:.2f} does not pay for the draft calls and the wider verification"
-    return f"why no speedup: {why}."
+    from experiments.common.pair import why_no_speedup
+
+    c = figures["config"]
+    return why_no_speedup(
+        figures["cpu"]["speedup"],
+        figures["alpha_empirical"],
+        random_weights=c.get("weights") == "random",
+        self_draft="--draft=self" if c["draft"] == "self" else None,
+    )
 
 
 def compare_flag(argv) -> None:
