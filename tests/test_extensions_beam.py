@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import os
 
+from configs import extensions as ext_config
 from experiments.extensions import beam
 
 
 def test_tiny_config_runs(tmp_path):
-    config = beam.config(tiny=True)
+    config = ext_config.beam(tiny=True)
     results = beam.run(config, str(tmp_path), log=lambda msg: None)
     rows = results["rows"]
     shapes = len(config.gammas) + len(config.trees)

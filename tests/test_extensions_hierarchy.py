@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from configs import extensions as ext_config
 from experiments.extensions import hierarchy
 
 pytestmark = pytest.mark.slow
@@ -18,14 +19,14 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("hierarchy")
-    out = hierarchy.run(hierarchy.config(tiny=True), str(workdir), log=lambda *_: None)
+    out = hierarchy.run(ext_config.hierarchy(tiny=True), str(workdir), log=lambda *_: None)
     with open(workdir / "hierarchy.json") as f:
         assert json.load(f)["tables"].keys() == out["tables"].keys()
     return out
 
 
 def test_every_configuration_is_measured(results):
-    cfg = hierarchy.config(tiny=True)
+    cfg = ext_config.hierarchy(tiny=True)
     json.dumps(results)  # serialisable as returned
     for t in cfg.temperatures:
         rows = results["tables"][f"t{float(t):g}"]

@@ -21,7 +21,6 @@ from __future__ import annotations
 import time
 
 import jax
-import ml_collections
 import numpy as np
 
 from configs import leviathan2023 as lev_config
@@ -39,36 +38,6 @@ from specjax.decoding import (
     make_warper,
     summarize_stats,
 )
-
-
-def config(tiny: bool = False) -> ml_collections.ConfigDict:
-    """The adaptive-γ knobs. tiny: seconds-sized test models and one short measurement."""
-    c = ml_collections.ConfigDict()
-    c.corpus = "python"
-    c.drafts = ("bigram",) if tiny else ("mini_draft_distilled", "bigram")
-    c.temperatures = (1.0,) if tiny else (0.0, 1.0)
-    c.gammas = (1, 2) if tiny else (1, 2, 3, 4, 5, 6)
-    c.policies = (
-        ("heuristic", "theory_loop", "fixed_via_adaptive", "fixed_via_adaptive+auto")
-        if tiny
-        else (
-            "heuristic",
-            "confidence:0.4",
-            "theory",
-            "theory+auto",
-            "theory_loop",
-            "fixed_via_adaptive",
-            "fixed_via_adaptive+auto",
-        )
-    )
-    c.prompts = 1 if tiny else 4
-    c.prompt_len = 16 if tiny else 64
-    c.max_new_tokens = 16 if tiny else 96
-    c.repeats = 1 if tiny else 5
-    c.cache_len = 64 if tiny else 256
-    c.seed = 0
-    c.tiny = tiny
-    return c
 
 
 def _models(c, workdir: str, log):

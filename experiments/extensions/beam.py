@@ -1,8 +1,8 @@
 r"""Speculative beam search vs plain beam search: target calls per beam step and walltime.
 
     PYTHONPATH=. python -c "import specjax; specjax.configure_cpu(); \
-      from experiments.extensions import beam; \
-      r = beam.run(beam.config(), '/tmp/beam'); print(beam.report(r))"
+      from configs import extensions; from experiments.extensions import beam; \
+      r = beam.run(extensions.beam(), '/tmp/beam'); print(beam.report(r))"
 
 Measured results: experiments/extensions/BEAM.md.
 
@@ -15,7 +15,8 @@ result is checked against the plain one (same hypotheses; scores within 1e-4). C
 calls (loop iterations, summed over calls) and the rows' iterations per beam step (calls per
 generated token of each beam). Writes <workdir>/beam.json.
 
-`config(tiny=True)`: random-weight tiny models (no trained models needed), seconds to run.
+Knobs: `configs/extensions.py`'s `beam(tiny)`; tiny=True: random-weight tiny models (no trained
+models needed), seconds to run.
 """
 
 from __future__ import annotations
@@ -36,50 +37,6 @@ from specjax.data.batches import sample_prompts
 from specjax.data.tokenizer import EOS_ID
 from specjax.decoding import BeamSearchDecoder, SpeculativeBeamDecoder, TokenTree
 from specjax.models import TransformerConfig, TransformerLM
-
-
-def config(tiny: bool = False) -> ml_collections.ConfigDict:
-    """The measurement's knobs (`tiny`: random-weight models, one small setting)."""
-    c = ml_collections.ConfigDict()
-    # Corpus the prompts are cut from (validation split).
-    c.corpus = "python"
-    # Target and drafts: pipeline names resolved on `corpus` or model-cache directory names
-    # (experiments/common/models.py), or "random:<layers>x<embed>" for a random-weight
-    # transformer (tests, the tiny config).
-    c.target = "mini_target"
-    c.drafts = ("mini_draft_distilled",)
-    # Beam widths and draft lengths to measure.
-    c.beams = (2, 4)
-    c.gammas = (2, 3, 4, 5, 6)
-    # Token trees below each beam (branching per depth, as in configs/trees.py): top-k first
-    # tokens, then chains.
-    c.trees = ("2/1/1", "2/1/1/1", "4/1/1")
-    c.length_penalty = 1.0
-    # Stop hypotheses at the byte tokenizer's EOS.
-    c.use_eos = True
-    c.max_new_tokens = 32
-    # Ragged prompts: prompt i has prompt_len - 3 i tokens.
-    c.prompts = 4
-    c.prompt_len = 32
-    # True: all prompts in one batch (the batch runs until its slowest row is done);
-    # False: one call per prompt (batch 1), timed and counted summed over the prompts.
-    c.batched = False
-    c.repeats = 5
-    c.cache_len = 128
-    c.seed = 0
-    if tiny:
-        c.target = "random:2x32"
-        c.drafts = ("random:1x16",)
-        c.beams = (2,)
-        c.gammas = (2,)
-        c.trees = ()
-        c.max_new_tokens = 6
-        c.prompts = 2
-        c.prompt_len = 8
-        c.repeats = 1
-        c.cache_len = 32
-        c.batched = True
-    return c
 
 
 def load(name: str, vocab: int, cache_len: int, seed: int, corpus: str = "python"):

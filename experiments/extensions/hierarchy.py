@@ -1,12 +1,14 @@
 """Hierarchical speculation measured: target <- middle <- small vs each 2-level pair.
 
+    from configs import extensions
     from experiments.extensions import hierarchy
-    results = hierarchy.run(hierarchy.config(), "runs/hierarchy")
+    results = hierarchy.run(extensions.hierarchy(), "runs/hierarchy")
     print(hierarchy.report(results))
 
 or `python -m experiments.extensions.hierarchy runs/hierarchy` (`--tiny` for the small config).
 
-The lead's driver calls exactly `config`, `run` and `report` (see configs/extensions.py).
+The extensions driver (experiments/extensions/pipeline.py) calls `run` and `report` with the
+knobs of `configs/extensions.py`'s `hierarchy(tiny)`.
 
 Models (not the issue's zoo pairs, which are not trained here): the cached mini Python pair,
 target `mini_target` (0.86M) and the data-trained `mini_draft` (83K) as the middle level, and a
@@ -42,7 +44,6 @@ import platform
 import time
 
 import jax
-import ml_collections
 import numpy as np
 
 from specjax import theory
@@ -57,35 +58,6 @@ from specjax.decoding import (
 )
 from specjax.decoding import loop as decoding_loop
 from specjax.models import NgramLM, TransformerConfig, TransformerLM, fit_ngram
-
-
-def config(tiny: bool = False) -> ml_collections.ConfigDict:
-    """The experiment's settings (`tiny`: random-weight models, one small grid, < 30 s)."""
-    c = ml_collections.ConfigDict()
-    # "cached": the mini pair from the model cache; "random": random-weight tiny transformers.
-    c.models = "random" if tiny else "cached"
-    # Pipeline names resolved on `corpus`, or model-cache directory names
-    # (experiments/common/models.py).
-    c.target = "mini_target"
-    c.middle = "mini_draft"
-    # Corpus of the bigram (its training split) and of the prompts (validation split).
-    c.corpus = "python"
-    # Outer γ (target <- middle, target <- bigram, 3-level) and inner γ (middle <- bigram).
-    c.outer_gammas = (2,) if tiny else (2, 3, 4, 6)
-    c.inner_gammas = (1,) if tiny else (1, 2, 3)
-    c.temperatures = (1.0,) if tiny else (0.0, 1.0)
-    # Batch-1 prompts timed per round, their length, and tokens generated per prompt.
-    c.num_prompts = 1 if tiny else 4
-    c.prompt_len = 16 if tiny else 64
-    c.max_new_tokens = 8 if tiny else 96
-    # Timed rounds (after one untimed compile round); medians over rounds.
-    c.repeats = 1 if tiny else 5
-    c.cache_len = 32 if tiny else 256
-    # In-loop call costs T(k): calls per timed loop (one loop per round).
-    c.cost_steps = 2 if tiny else 64
-    c.seed = 0
-    return c
-
 
 # -- models ------------------------------------------------------------------------------------
 
@@ -485,7 +457,9 @@ def main(argv=None) -> None:
     tiny = "--tiny" in args
     args = [a for a in args if a != "--tiny"]
     specjax.configure_cpu()  # before the first JAX computation
-    results = run(config(tiny), args[0] if args else "runs/hierarchy")
+    from configs import extensions
+
+    results = run(extensions.hierarchy(tiny), args[0] if args else "runs/hierarchy")
     print(report(results))
 
 

@@ -2,8 +2,9 @@
 
     python -m experiments.main --config=configs/extensions.py[:tiny|:parts=adaptive] --workdir=W
 
-Each part is a module `experiments/extensions/<part>.py` with `config(tiny)`, `run(config,
-workdir, log) -> dict` (JSON-able) and `report(results) -> str` (markdown). Outputs per part:
+Each part is a module `experiments/extensions/<part>.py` with `run(config, workdir, log) -> dict`
+(JSON-able) and `report(results) -> str` (markdown); its config is `configs/extensions.py`'s
+function of the same name (`config[part]`). Outputs per part:
 `W/<part>/results.json` and `W/<part>/results.md` (a pure function of results.json).
 """
 
