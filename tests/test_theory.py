@@ -304,3 +304,14 @@ def test_non_numeric_input_raises_type_error():
         theory.expected_tokens_per_iteration("0.5", 3)
     with pytest.raises(TypeError, match="gamma"):
         theory.walltime_improvement(0.5, True, 0.1)
+
+
+def test_hierarchical_cost_model_on_hand_numbers():
+    # Inner level middle <- small at alpha 0.5, gamma 1: E[tokens] = (1 - 0.25) / 0.5 = 1.5 per
+    # inner iteration of T_middle(2) + T_small = 1.2 + 0.3 = 1.5, i.e. 1.0 per drafted token.
+    inner = (0.5, 1, {1: 1.0, 2: 1.2}, 0.3)
+    assert theory.hierarchical_draft_cost(*inner) == pytest.approx(1.0)
+    # The outer level then drafts at 1.0 per token: 1.5 tokens x T(1) = 10 over T(2) + 1.0 = 12.
+    assert theory.hierarchical_speedup(0.5, 1, {1: 10.0, 2: 11.0}, *inner) == pytest.approx(1.25)
+    with pytest.raises(ValueError, match="T_middle\\(3\\)"):
+        theory.hierarchical_draft_cost(0.5, 2, {1: 1.0, 2: 1.2}, 0.3)

@@ -46,6 +46,7 @@ import time
 import jax
 import numpy as np
 
+from experiments.extensions.hierarchy_report import report
 from specjax import theory
 from specjax.benchmark.costs import call_cost
 from specjax.benchmark.timing import interleaved
@@ -183,41 +184,34 @@ def pooled_costs(samples: dict) -> dict:
 
 
 def predict(row: dict, costs: dict, alpha_outer: dict, alpha_inner: dict) -> None:
-    """Adds the recursive cost model's predicted speedup over autoregressive to a row."""
+    """Adds the recursive cost model's predicted speedup over autoregressive to a row
+    (`specjax.theory.measured_speedup`, and `hierarchical_speedup` for 3 levels)."""
     t_target = costs["target"]
-    t1 = t_target[1]
     kind = row["kind"]
     if kind == "inner":
         gi = row["inner_gamma"]
         row["predicted_speedup"] = float(
-            theory.measured_speedup(
-                alpha_inner[gi], gi, _curve(costs["middle"], gi + 1), costs["small"][1]
-            )
+            theory.measured_speedup(alpha_inner[gi], gi, costs["middle"], costs["small"][1])
         )
         return
     if kind in ("2L-middle", "2L-small"):
         draft = "middle" if kind == "2L-middle" else "small"
         alpha = alpha_outer[kind][row["gamma"]]
         row["predicted_speedup"] = float(
-            theory.measured_speedup(
-                alpha, row["gamma"], _curve(t_target, row["gamma"] + 1), costs[draft][1]
-            )
+            theory.measured_speedup(alpha, row["gamma"], t_target, costs[draft][1])
         )
         return
     if kind == "3L":
         g, gi = row["gamma"], row["inner_gamma"]
-        a_in = alpha_inner[gi]
-        inner_iter = costs["middle"][gi + 1] + gi * costs["small"][1]  # s per inner iteration
-        t_mid = inner_iter / float(theory.expected_tokens_per_iteration(a_in, gi))
+        inner = (alpha_inner[gi], gi, costs["middle"], costs["small"][1])
         alpha = alpha_outer["2L-middle"][g]
-        row["t_mid_per_token_ms"] = t_mid * 1e3
-        row["predicted_speedup"] = float(
-            theory.measured_speedup(alpha, g, _curve(t_target, g + 1), t_mid)
-        )
+        row["t_mid_per_token_ms"] = float(theory.hierarchical_draft_cost(*inner)) * 1e3
+        row["predicted_speedup"] = float(theory.hierarchical_speedup(alpha, g, t_target, *inner))
         # With the inner iterations the run made (overshoot and cut included).
+        inner_iter = costs["middle"][gi + 1] + gi * costs["small"][1]  # s per inner iteration
         calls = row["draft_calls_per_iteration"]
         etok = float(theory.expected_tokens_per_iteration(alpha, g))
-        row["predicted_speedup_calls"] = etok * t1 / (t_target[g + 1] + calls * inner_iter)
+        row["predicted_speedup_calls"] = etok * t_target[1] / (t_target[g + 1] + calls * inner_iter)
 
 
 def predict_composed(rows: list) -> None:
@@ -243,12 +237,6 @@ def predict_composed(rows: list) -> None:
         row["predicted_speedup_composed"] = (
             row["tokens_per_iteration"] * ar["iteration_ms"] / (outer_part + inner_part)
         )
-
-
-def _curve(points: dict, k_max: int) -> np.ndarray:
-    """T(1..k_max) from measured points (interpolated between them)."""
-    ks = sorted(points)
-    return np.interp(np.arange(1, k_max + 1), ks, [points[k] for k in ks])
 
 
 # -- the experiment ----------------------------------------------------------------------------
@@ -366,85 +354,6 @@ def _jsonable(x):
     if isinstance(x, tuple):
         return list(x)
     raise TypeError(f"not JSON-serialisable: {x!r}")
-
-
-# -- the report --------------------------------------------------------------------------------
-
-
-def best(rows: list, kind: str) -> dict | None:
-    """The fastest row of a kind (best γ found after the fact)."""
-    rows = [r for r in rows if r["kind"] == kind]
-    return max(rows, key=lambda r: r["tokens_per_s"]) if rows else None
-
-
-def _fmt(x, spec=".2f") -> str:
-    return "-" if x is None else format(x, spec)
-
-
-def report(results: dict) -> str:
-    """Markdown: per temperature, best γ of each configuration, then every row."""
-    lines = ["## Hierarchical speculation: target <- middle <- small", ""]
-    lines.append("Models: " + "; ".join(f"{k}: {v}" for k, v in results["models"].items()) + ".")
-    cost = results["costs_ms"]
-    lines.append(
-        "In-loop call costs (ms): "
-        + "; ".join(
-            f"{role} " + ", ".join(f"T({k}) {v:.3f}" for k, v in d.items())
-            for role, d in cost.items()
-        )
-        + "."
-    )
-    load0, load1 = results["load_avg_start"], results["load_avg_end"]
-    lines.append(
-        f"Load average (1/5/15 min) at start {load0[0]:.2f}/{load0[1]:.2f}/{load0[2]:.2f}, "
-        f"at end {load1[0]:.2f}/{load1[1]:.2f}/{load1[2]:.2f}; {results['machine']}; "
-        f"{results['seconds']:.0f} s."
-    )
-    lines.append("")
-    for t, rows in results["tables"].items():
-        ar = next(r for r in rows if r["kind"] == "ar")
-        lines += [
-            f"### {t}: best γ of each configuration "
-            f"(autoregressive {ar['tokens_per_s']:.0f} tok/s)",
-            "",
-            "| configuration | best γ (outer/inner) | tokens/s | speedup | "
-            "predicted (calls only) | predicted (composed) | α | tokens/iter |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for kind, label in (
-            ("2L-middle", "target <- middle"),
-            ("2L-small", "target <- bigram"),
-            ("3L", "target <- middle <- bigram"),
-            ("inner", "middle <- bigram (vs AR middle)"),
-        ):
-            r = best(rows, kind)
-            if r is None:
-                continue
-            gam = f"{r.get('gamma', '-')}/{r.get('inner_gamma', '-')}"
-            lines.append(
-                f"| {label} | {gam} | {r['tokens_per_s']:.0f} | {r['speedup']:.2f}x | "
-                f"{_fmt(r.get('predicted_speedup'))}x | "
-                f"{_fmt(r.get('predicted_speedup_composed'))} | {_fmt(r['alpha'])} | "
-                f"{r['tokens_per_iteration']:.2f} |"
-            )
-        lines += [
-            "",
-            "<details><summary>every row</summary>",
-            "",
-            "| decoder | tokens/s | speedup | predicted | predicted (inner calls) | "
-            "predicted (composed) | α | tokens/iter | ms/iter | draft calls/iter | = AR |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for r in rows:
-            lines.append(
-                f"| {r['name']} | {r['tokens_per_s']:.0f} | {r['speedup']:.2f}x | "
-                f"{_fmt(r.get('predicted_speedup'))} | {_fmt(r.get('predicted_speedup_calls'))} | "
-                f"{_fmt(r.get('predicted_speedup_composed'))} | "
-                f"{_fmt(r['alpha'])} | {r['tokens_per_iteration']:.2f} | {r['iteration_ms']:.3f} | "
-                f"{r['draft_calls_per_iteration']:.2f} | {_fmt(r.get('matches_ar'), '')} |"
-            )
-        lines += ["", "</details>", ""]
-    return "\n".join(lines)
 
 
 def main(argv=None) -> None:
