@@ -12,6 +12,7 @@ import pytest
 
 from configs import generate as generate_config
 from experiments import generate as generate_mode
+from experiments.generate import report as generate_report
 from specjax import checkpoint
 from specjax.data import EOS_ID, ByteTokenizer
 from specjax.decoding import block_accept, speculative_accept
@@ -94,8 +95,8 @@ def test_block_verification_is_selectable_and_greedy_identical(tmp_path, capsys)
 
 def test_a_lossy_rule_is_recorded_and_said():
     shape = {"speculative": {}, "tree": None, "gamma": 4, "accept": "lenient:0.5"}
-    assert "LOSSY" in generate_mode._shape({**shape, "lossless": False})
-    assert "LOSSY" not in generate_mode._shape({**shape, "lossless": True})
+    assert "LOSSY" in generate_report._shape({**shape, "lossless": False})
+    assert "LOSSY" not in generate_report._shape({**shape, "lossless": True})
 
 
 def test_accept_rule_names():
@@ -289,7 +290,7 @@ def test_describe_warper_and_counts():
     assert generate_mode.describe_warper(make_warper(1.0)) == "sampling: temperature 1"
     text = generate_mode.describe_warper(make_warper(0.7, 40, 0.95))
     assert text == "sampling: temperature 0.7, top-k 40, top-p 0.95"
-    counts = [generate_mode.format_count(n) for n in (12, 83_100, 859_300, 25_600_000)]
+    counts = [generate_report.format_count(n) for n in (12, 83_100, 859_300, 25_600_000)]
     assert counts == ["12", "83.1K", "859.3K", "25.6M"]
 
 

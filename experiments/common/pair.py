@@ -1,6 +1,6 @@
 """Which pair a demo run decodes with (trained or random weights), and why it shows no speedup.
 
-The generate mode (experiments/generate.py) and scripts/bench_decoding.py both run the README
+The generate mode (experiments/generate/) and scripts/bench_decoding.py both run the README
 main job's trained tiny pair when it is cached, else random weights with one line that says why
 and how to get the pair: `main_job_pair`. When speculation was not faster, both say why in one
 line: `why_no_speedup`.

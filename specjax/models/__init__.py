@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 # Added for issue #13: the model builder, and whole-sequence logits of any model (they were
-# in experiments/generate.py, training/zoo.py, scaleout.py, scripts/ and training/steps.py).
+# in experiments/generate/, training/zoo.py, scaleout.py, scripts/ and training/steps.py).
 from specjax.models import build  # noqa: E402
 from specjax.models.build import build_draft, init_model, model_config  # noqa: E402
 from specjax.models.sequence import sequence_logits  # noqa: E402

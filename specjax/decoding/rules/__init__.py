@@ -98,7 +98,7 @@ def is_lossless(rule: Callable) -> bool | None:
     carries no `lossless` marker (test it: `specjax.testing.check_acceptance_rule`).
 
     A rule says so with a `lossless` attribute (a function attribute, or a `BoundRule`'s
-    property); decoders' callers (experiments/generate.py, the leviathan2023 pipeline) record it
+    property); decoders' callers (experiments/generate/, the leviathan2023 pipeline) record it
     beside every result and warn when it is False.
     """
     return getattr(rule, "lossless", None)
