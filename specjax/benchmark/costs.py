@@ -17,6 +17,7 @@ import jax.numpy as jnp
 
 from specjax.benchmark.timing import Timing, time_call
 from specjax.decoding import loop
+from specjax.decoding.prefill import prefill
 from specjax.decoding.trees.topology import tree_inputs
 from specjax.models.interface import check_params
 
@@ -134,6 +135,30 @@ def tree_call_cost(
     tokens = jnp.zeros((batch, n), jnp.int32)
     t = time_call(lambda: _repeat_calls(model, params, state, tokens, steps, tree), repeats=repeats)
     return Timing(t.median / steps, tuple(s / steps for s in t.samples))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4))
+def _prefill(model, params, tokens, lengths, cache_len):
+    return prefill(model, params, model.init_state(tokens.shape[0], cache_len), tokens, lengths)
+
+
+def prefill_cost(
+    model, params, tokens, lengths, *, cache_len: int, repeats: int = 5, clock=time.perf_counter
+) -> Timing:
+    """Seconds of one prefill of `model` (`decoding.prefill`: every prompt token but the last).
+
+    Args:
+      model, params: the model and its parameters.
+      tokens: int32 [batch, P] right-padded prompts (`loop.prepare` buckets them as a decoder
+        would).
+      lengths: int32 [batch] their lengths.
+      cache_len: cache positions.
+      repeats: timed calls (after one compiling call).
+      clock: wall time (default) or `time.process_time` (see `timing.time_call`).
+    """
+    return time_call(
+        lambda: _prefill(model, params, tokens, lengths, cache_len), repeats=repeats, clock=clock
+    )
 
 
 def cost_curve(model, params, max_k: int, **kwargs) -> dict:
