@@ -149,7 +149,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     # Drafted tokens per iteration (the most per row with an adaptive gamma_policy).
     config.gamma = 4
-    # Adaptive γ (specjax.decoding.gamma_policy), per row and iteration, for a model draft:
+    # Adaptive γ (specjax.decoding.drafters.gamma_policy), per row and iteration, for a model draft:
     # "fixed" | "heuristic" (HF's +2/-1) | "confidence[:THRESHOLD]" (stop after a draw whose own
     # q(x) < THRESHOLD, default 0.4) | "theory" (argmax of the measured-cost speedup at an
     # online α estimate, with c and T(k) measured before the run) | "theory:C" (C configured,
@@ -160,7 +160,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.tree = config_dict.placeholder(str)
     # The gamma-chain's acceptance rule by name (specjax.decoding.rules): "tokenwise" (Leviathan
     # et al.'s) or "block" (block verification, Sun et al. 2024: lossless, more drafts kept);
-    # "lenient:L" and "typical:EPS,DELTA" are LOSSY contrasts (specjax.decoding.lossy).
+    # "lenient:L" and "typical:EPS,DELTA" are LOSSY contrasts (specjax.decoding.rules.lossy).
     config.accept = "tokenwise"
     # Tree siblings sampled with replacement (SpecInfer's rule) or without (Sequoia's).
     config.tree_replacement = True

@@ -10,7 +10,7 @@ script never trains). Contexts are target-generated: validation prompts of 32 by
 closed form (no coins drawn), the expected number of accepted drafts of each rule given the block:
 
     token-wise  E[n | x] = Σ_i Π_{j<=i} min(1, p_j(x_j) / q_j(x_j))
-    block       E[τ | x] = Σ_i (1 − Π_{j>=i} (1 − h_j))        (specjax.decoding.block)
+    block       E[τ | x] = Σ_i (1 − Π_{j>=i} (1 − h_j))        (specjax.decoding.rules.block)
 
 Averaged over drafted blocks this is E[accepted] per call exactly (Rao-Blackwellised), and both
 rules see the same blocks, so the gain's standard error is that of a paired mean. Tokens per

@@ -5,7 +5,7 @@
 For each setting: E[accepted drafts] of the first call, and the total-variation distance from
 the target of the first emitted token and of the joint of the first max(3, γ + 1) tokens of
 chained calls, all by enumeration (`specjax.testing.law.stream_law` with the rules' exact
-one-call laws of `specjax.decoding.lossy`); lenient:1 is the lossless token-wise rule.
+one-call laws of `specjax.decoding.rules.lossy`); lenient:1 is the lossless token-wise rule.
 """
 
 from __future__ import annotations

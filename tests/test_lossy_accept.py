@@ -1,4 +1,4 @@
-"""The lossy contrasts `lenient_accept` and `typical_accept` (specjax.decoding.lossy): selectable
+"""The lossy contrasts `lenient_accept` and `typical_accept` (decoding/rules/lossy.py): selectable
 by name, arguments checked, the closed-form law of the first emitted token confirmed by sampling,
 and flagged as lossy by the test kit (lenience = 1 passes: it is speculative_accept).
 
