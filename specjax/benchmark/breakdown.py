@@ -91,7 +91,7 @@ def call_breakdown(
         iterations = int(result.stats.target_calls)
         timing = v.timings[name]
         loop_s = timing.cpu_median if clock is time.process_time else timing.median
-        pre = prefill["target"] + (0.0 if len(params) == 1 else prefill["draft"])
+        pre = prefill["target"] + (0.0 if len(decoder.models) == 1 else prefill["draft"])
         summary = result.summary()
         figures[name] = {
             "wall_ms_per_token": v.ms_per_token(name),
@@ -117,7 +117,7 @@ def call_breakdown(
     copies = {}
     for name, (decoder, params) in decoders.items() if cache_shapes else ():
         for model, shape in cache_shapes.items():
-            if not (model == "draft" and len(params) == 1):
+            if not (model == "draft" and len(decoder.models) == 1):
                 copies[f"{name}_loop/{model}"] = loop_cache_copies(
                     decoder, params, tokens, lengths, key, max_new_tokens, shape
                 )
