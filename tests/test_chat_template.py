@@ -96,3 +96,55 @@ def test_malformed_messages_name_the_argument(messages, error, match):
         render_chat("{{ messages }}", messages)
     with pytest.raises(error, match=match.replace("messages", "conversation")):
         check_messages(messages, "conversation")
+
+
+def _word_level_dir(path, config: dict | None):
+    """A checkpoint directory with a word-level tokenizer.json (and a tokenizer_config.json)."""
+    import json
+
+    tokenizers = pytest.importorskip("tokenizers")
+    words = ["<s>", "</s>", "<unk>", "user", "hi", ":"]
+    tok = tokenizers.Tokenizer(
+        tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>")
+    )
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(["<s>", "</s>"])
+    path.mkdir()
+    tok.save(str(path / "tokenizer.json"))
+    if config is not None:
+        (path / "tokenizer_config.json").write_text(json.dumps(config))
+    return path
+
+
+TEMPLATE = "{{ bos_token }}{% for m in messages %} {{ m['role'] }} : {{ m['content'] }}{% endfor %}"
+
+
+@pytest.mark.parametrize("backend", ["tokenizers", "transformers"])
+def test_hf_directory_tokenizers_render_their_template(tmp_path, monkeypatch, backend):
+    """A checkpoint directory's template (tokenizer_config.json) renders through specjax with
+    either backend; a directory without one says so."""
+    from specjax.convert import tokenizer as tokenizer_module
+
+    if backend == "tokenizers":  # hide transformers: the tokenizer.json-only path
+        import builtins
+
+        real_import = builtins.__import__
+
+        def no_transformers(name, *args, **kwargs):
+            if name == "transformers":
+                raise ImportError(name)
+            return real_import(name, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "__import__", no_transformers)
+    else:
+        pytest.importorskip("transformers")
+    config = {"chat_template": TEMPLATE, "bos_token": "<s>", "eos_token": "</s>"}
+    path = _word_level_dir(tmp_path / "with", config)
+    tok = tokenizer_module.load_hf_tokenizer(path, {"bos_token_id": 0, "eos_token_id": 1})
+    assert tok._is_transformers == (backend == "transformers")
+    messages = [{"role": "user", "content": "hi"}]
+    assert tok.apply_chat_template(messages, tokenize=False) == "<s> user : hi"
+    assert tok.apply_chat_template(messages).tolist() == [0, 3, 5, 4]
+    bare = tokenizer_module.load_hf_tokenizer(_word_level_dir(tmp_path / "without", None))
+    with pytest.raises(ValueError, match="this tokenizer has no chat template"):
+        bare.apply_chat_template(messages)

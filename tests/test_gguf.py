@@ -218,6 +218,8 @@ REFUSALS = [
     (dict(drop=("tokenizer.ggml.tokens",)), "'tokenizer.ggml.tokens' is missing"),
     (dict(drop=("tokenizer.ggml.merges",)), "'tokenizer.ggml.merges' is missing"),
     (dict(drop=("tokenizer.ggml.token_type",)), "'tokenizer.ggml.token_type' is missing"),
+    (dict(meta={"tokenizer.ggml.merges": (["Ġ t", "x y"], V.ARRAY)}), "merges[1]='x y'"),
+    (dict(meta={"tokenizer.ggml.merges": (["Ġ e"], V.ARRAY)}), "merges[0]='Ġ e' is not"),
     (dict(drop=("llama.block_count",)), "'llama.block_count' is missing"),
     (dict(drop=("llama.context_length",)), "'llama.context_length' is missing"),
     (dict(qtype=Q.TQ2_0), "tensor 'blk.0.attn_q.weight' has type TQ2_0"),
@@ -356,3 +358,18 @@ def test_llama_config_of_the_file_is_the_hf_one(tmp_path):
     cfg = llama_config(hf)
     assert (cfg.rope_theta, cfg.tie_embeddings, cfg.norm_eps) == (100000.0, True, np.float32(1e-5))
     assert TEMPLATE in read_metadata(reader)["tokenizer.chat_template"]
+
+
+def test_gguf_pairs_are_checked_for_one_tokenizer(tmp_path):
+    from gguf_writer import toy_vocabulary
+
+    target, draft, other = tmp_path / "t.gguf", tmp_path / "d.gguf", tmp_path / "o.gguf"
+    write_tiny_gguf(target, layers=2)
+    write_tiny_gguf(draft, layers=1, seed=1)
+    tokens = toy_vocabulary()[0]
+    tokens[0] = "<|eot|>"  # one id means another string
+    write_tiny_gguf(other, layers=1, meta={"tokenizer.ggml.tokens": (tokens, V.ARRAY)})
+    pipe = specjax.Pipeline.from_pretrained(target=os.fspath(target), draft=os.fspath(draft))
+    assert pipe.draft.config.num_layers == 1 and pipe.cache_len == 128  # the trained context
+    with pytest.raises(ValueError, match="tokenizer mismatch: 1 token ids mean different"):
+        specjax.Pipeline.from_pretrained(target=os.fspath(target), draft=os.fspath(other))

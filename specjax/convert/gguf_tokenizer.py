@@ -100,10 +100,10 @@ def tokenizer_from_gguf(meta: dict, path: str = "GGUF file") -> HFTokenizer:
         raise ValueError(f"{path}: tokenizer.ggml.tokens holds the same string twice")
     pairs = [tuple(m.split(" ")) for m in merges]
     for i, pair in enumerate(pairs):
-        if len(pair) != 2 or pair[0] not in vocab or pair[1] not in vocab:
+        if len(pair) != 2 or not {pair[0], pair[1], pair[0] + pair[1]} <= vocab.keys():
             raise ValueError(
                 f"{path}: tokenizer.ggml.merges[{i}]={merges[i]!r} is not two tokens of the "
-                "vocabulary separated by one space"
+                "vocabulary, separated by one space, whose concatenation is in it too"
             )
     backend = Tokenizer(models.BPE(vocab, pairs, fuse_unk=False, byte_fallback=False))
     backend.pre_tokenizer = PRE_TOKENIZERS[pre]()

@@ -9,6 +9,7 @@ works on ids. Chat templates render with jinja2 (`specjax.data.chat`).
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -174,4 +175,22 @@ def load_hf_tokenizer(path, hf_config: dict | None = None) -> HFTokenizer | None
         first_id(hf_config.get("bos_token_id")),
         first_id(hf_config.get("eos_token_id")),
         first_id(hf_config.get("pad_token_id")),
+        chat_template=read_chat_template(path),
     )
+
+
+def read_chat_template(path) -> str | None:
+    """The chat template a checkpoint directory ships (`chat_template.jinja`, or the
+    `chat_template` of tokenizer_config.json), or None; what transformers would read."""
+    jinja = os.path.join(path, "chat_template.jinja")
+    if os.path.isfile(jinja):
+        with open(jinja, encoding="utf-8") as f:
+            return f.read()
+    config = os.path.join(path, "tokenizer_config.json")
+    if os.path.isfile(config):
+        with open(config, encoding="utf-8") as f:
+            template = json.load(f).get("chat_template")
+        if isinstance(template, list):  # named templates: [{"name": ..., "template": ...}]
+            template = {t["name"]: t["template"] for t in template}.get("default")
+        return template
+    return None
