@@ -14,9 +14,12 @@ name), special ids, `add_bos_token` and `tokenizer.chat_template`. This module r
   "<|im_start|>" in a text (a rendered chat template) is one id.
 
 Hugging Face transformers (5.24) builds this file's tokenizer with plain ByteLevel, dropping the
-digit split (its `GGUF_PRE_TOKENIZER_SPLITS` has no `smollm`), so it disagrees with llama.cpp
-(and with this module) wherever a number follows a letter, a space or another number, e.g.
-"abc  123", " ½", "٣٤٥": `tests/test_real_model_hf.py` shows where.
+digit split (its `GGUF_PRE_TOKENIZER_SPLITS` has no `smollm`). GPT-2's regex alone keeps
+whitespace with the number after it, so transformers disagrees with llama.cpp (and with this
+module) wherever whitespace precedes a number: "abc  123" (ours "abc", "ĠĠ", "1", "2", "3";
+transformers "abc", "Ġ", "Ġ", "1", ...), " ½", " ٣٤٥" (transformers merges the space into the
+numeral's first byte). Without whitespace before it ("½", "٣٤٥", "x 12"'s "12") the two agree,
+since the vocabulary has no multi-digit tokens. `tests/test_real_model_hf.py` shows both.
 """
 
 from __future__ import annotations
