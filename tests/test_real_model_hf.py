@@ -26,22 +26,17 @@ import os
 import re
 import unicodedata
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+import real_model_cases as cases
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers", minversion="5.0")
-pytest.importorskip("accelerate")
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import real_model_cases as cases  # noqa: E402
-
-import specjax  # noqa: E402
-from specjax.convert.gguf import hf_config_from_gguf, hf_tensors, read_gguf, read_metadata  # noqa: E402
-from specjax.convert.hf import params_from_hf  # noqa: E402
-from specjax.models.build import truncated  # noqa: E402
-from specjax.pretrained import fetch  # noqa: E402
+import specjax
+from specjax.convert.gguf import hf_config_from_gguf, hf_tensors, read_gguf, read_metadata
+from specjax.convert.hf import params_from_hf
+from specjax.models.build import truncated
+from specjax.pretrained import fetch
 
 pytestmark = pytest.mark.slow
 TOLERANCE = 1e-4  # of the row's largest |logit|
@@ -50,8 +45,13 @@ WIDTH = 512  # one padded prefill shape for every prompt (one compiled program)
 
 @pytest.fixture(autouse=True, scope="module")
 def _only_when_asked(request):
+    """Skips unless `-m slow` was given, then needs the [hf] extra (imported only then, so that
+    the default run does not pay for importing torch)."""
     if "slow" not in (request.config.getoption("markexpr") or ""):
         pytest.skip("minutes of transformers on CPU: run with -m slow (see the module docstring)")
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers", minversion="5.0")
+    pytest.importorskip("accelerate")
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +77,8 @@ def hf_runs(hf, prompt_ids):
 
 
 def _hf_logits(model, ids) -> np.ndarray:
+    import torch
+
     with torch.no_grad():
         return model(torch.tensor([ids])).logits[0].numpy()  # [T, vocab]
 
