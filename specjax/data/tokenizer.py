@@ -157,6 +157,15 @@ class ByteTokenizer:
             ) from e
         return self.encode_bytes(data, add_bos=add_bos, add_eos=add_eos)
 
+    def apply_chat_template(self, messages, add_generation_prompt: bool = True, **variables):
+        """Refuses: byte-level models have no chat template (the method exists on every
+        tokenizer specjax returns, so callers get this message rather than an AttributeError)."""
+        del messages, add_generation_prompt, variables
+        raise ValueError(
+            "the byte tokenizer has no chat template (specjax's byte-level models are not chat "
+            "models): give a raw prompt to generate() instead of messages"
+        )
+
     def decode(self, ids, stop_at_eos: bool = False) -> str:
         """Turns ids back into text.
 

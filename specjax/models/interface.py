@@ -22,6 +22,9 @@ and optionally
     max_positions: int | None
         the most positions it can read (a learned position table's size); absent or None: no
         bound. Decoders default their `cache_len` to it (`position_limit`).
+    trained_context: int | None
+        the longest context it was trained for where nothing enforces it (RoPE); going past it
+        warns (`warn_beyond_trained_context`), it is not an error.
 
 Rollback is `rollback(state, lengths)` (`kv_cache.py`). A state may also offer
 `select(starts, index)`: keep the entries at slots starts[b] + index[b, j] by moving them to
@@ -34,6 +37,7 @@ the uniform draft and prompt lookup all follow this, so any draft pairs with any
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -96,6 +100,33 @@ def position_limit(model) -> int | None:
     or None when nothing bounds them (RoPE, n-gram tables, prompt lookup)."""
     limit = getattr(model, "max_positions", None)
     return None if limit is None else int(limit)
+
+
+def trained_context(model) -> int | None:
+    """Longest context `model` was trained for where nothing enforces it (its
+    `trained_context`: a RoPE transformer's `max_len`), or None. Going past it is allowed but
+    untested territory, so callers warn (`warn_beyond_trained_context`)."""
+    limit = getattr(model, "trained_context", None)
+    return None if limit is None else int(limit)
+
+
+def warn_beyond_trained_context(cache_len: int, **models) -> None:
+    """Warns, naming the model and its trained context, when `cache_len` goes beyond it.
+
+    Args:
+      cache_len: positions per row that decoding may reach.
+      **models: the models by role ("target", "draft"); None entries are skipped.
+    """
+    for role, model in models.items():
+        limit = None if model is None else trained_context(model)
+        if limit is not None and cache_len > limit:
+            warnings.warn(
+                f"cache_len={cache_len} goes beyond the {role}'s trained context of {limit} "
+                "positions (trained_context; e.g. a GGUF file's llama.context_length): RoPE has "
+                "no hard limit, but the model never saw positions past it, so text there may "
+                "degrade",
+                stacklevel=3,
+            )
 
 
 def state_logical_axes(state) -> Any:

