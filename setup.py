@@ -8,7 +8,55 @@ Only the library `specjax` is installed. `configs/`, `experiments/` and
 `python -m experiments.main --config=configs/...` from the repository root.
 """
 
-from setuptools import find_packages, setup
+import os
+import sys
+
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
+
+# specjax's CPU kernels (specjax/kernels/*.cc), called through the XLA FFI. Optional: a machine
+# without a C++ compiler installs specjax without them, and packed models then run on XLA (with
+# a warning; `specjax.kernels.status()` says why).
+KERNELS = Extension(
+    "specjax.kernels._packed_matmul",
+    sources=[
+        "specjax/kernels/packed_matmul.cc",
+        "specjax/kernels/cache_attention.cc",
+        "specjax/kernels/module.cc",
+    ],
+    depends=["specjax/kernels/common.h"],
+    include_dirs=["specjax/kernels"],
+    language="c++",
+)
+
+
+class OptionalBuildExt(build_ext):
+    """Builds the kernels with the XLA FFI headers of jaxlib; a failure warns, never fails."""
+
+    def build_extension(self, ext):
+        try:
+            import jaxlib  # in pip's build environment (pyproject.toml's build requirements)
+
+            ext.include_dirs.append(os.path.join(os.path.dirname(jaxlib.__file__), "include"))
+        except ImportError:
+            self.warn("jaxlib is not importable at build time: specjax's CPU kernels are skipped")
+            return
+        # -ffp-contract=off: only the explicit fused multiply-adds fuse (see common.h).
+        base = ["-O3", "-std=c++17", "-pthread", "-ffp-contract=off"]
+        # -march=native: the build runs on the machine that uses it (AVX2/FMA on x86-64).
+        for flags in (base + ["-march=native"], base):
+            ext.extra_compile_args = flags
+            ext.extra_link_args = ["-pthread"]
+            try:
+                super().build_extension(ext)
+                return
+            except Exception as err:  # noqa: BLE001 - any compiler failure means "no kernels"
+                self.warn(f"building specjax's CPU kernels with {flags} failed: {err}")
+        print(
+            "specjax: the CPU kernels were not built; packed models will run on XLA",
+            file=sys.stderr,
+        )
+
 
 setup(
     name="specjax",
@@ -18,6 +66,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["specjax", "specjax.*"]),
+    ext_modules=[KERNELS],
+    cmdclass={"build_ext": OptionalBuildExt},
     install_requires=[
         # Lower bounds are the versions this project is tested with.
         "jax>=0.10.2",

@@ -13,7 +13,8 @@ import flax.linen as nn
 from specjax.models.attention_kernels import attend
 from specjax.models.config import TransformerConfig
 from specjax.models.kv_cache import write_rows
-from specjax.models.layers import apply_rope, partitioned, rope_frequencies
+from specjax.models.layers import apply_rope, rope_frequencies
+from specjax.models.linear import dense
 
 
 class Attention(nn.Module):
@@ -42,15 +43,7 @@ class Attention(nn.Module):
         qkv_bias = cfg.use_bias or cfg.qkv_bias
 
         def proj(heads, axes, name):
-            return nn.DenseGeneral(
-                (heads, hd),
-                use_bias=qkv_bias,
-                dtype=cfg.compute_dtype,
-                param_dtype=cfg.weights_dtype,
-                kernel_init=partitioned(nn.initializers.normal(0.02), axes),
-                bias_init=partitioned(nn.initializers.zeros, axes[1:]),
-                name=name,
-            )
+            return dense(cfg, (heads, hd), axes, use_bias=qkv_bias, name=name)
 
         q = proj(h, ("embed", "heads", "kv"), "query")(x)  # [batch, T, heads, head_dim]
         k = proj(kv, ("embed", "kv_heads", "kv"), "key")(x)  # [batch, T, kv_heads, head_dim]
@@ -70,14 +63,12 @@ class Attention(nn.Module):
             cfg.attention, q, cache_k, cache_v, mask, lengths, block=cfg.attention_block
         )  # [batch, T, kv_heads, group, head_dim]
         out = out.reshape(batch, t, h, hd)
-        out = nn.DenseGeneral(
+        out = dense(
+            cfg,
             cfg.embed_dim,
-            axis=(-2, -1),
+            ("heads", "kv", "embed"),
+            in_dims=2,
             use_bias=cfg.use_bias,
-            dtype=cfg.compute_dtype,
-            param_dtype=cfg.weights_dtype,
-            kernel_init=partitioned(nn.initializers.normal(0.02), ("heads", "kv", "embed")),
-            bias_init=partitioned(nn.initializers.zeros, ("embed",)),
             name="out",
         )(out)
         return out, cache_k, cache_v

@@ -15,6 +15,8 @@ POSITIONS = ("learned", "rope")
 MLPS = ("gelu", "swiglu")
 # Attention implementations (specjax/models/attention_kernels.py); "auto" picks by backend.
 ATTENTIONS = ("auto", "xla", "blockwise", "dot_product_attention")
+# Weight layouts of the projections (specjax/models/linear.py).
+MATMULS = ("xla", "packed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +58,11 @@ class TransformerConfig:
         "dot_product_attention" (`jax.nn.dot_product_attention`, cuDNN on GPU). Changes no
         weight; configs saved without it load as "auto".
       attention_block: cache slots per block of "blockwise".
+      matmul: the projections' weight layout and product (`models/linear.py`): "xla"
+        (flax's [in..., out...] kernels and XLA's dot) or "packed" (panels of 8 output columns,
+        specjax's weight-streaming CPU kernel: a decode step or a verification reads each
+        weight once). A different layout is a different params tree:
+        `models.layout.convert_params` moves params between them.
     """
 
     vocab_size: int
@@ -79,6 +86,7 @@ class TransformerConfig:
     param_dtype: str = "float32"
     attention: str = "auto"
     attention_block: int = 128
+    matmul: str = "xla"
 
     # Fields filled in by __post_init__ when left as None (not compared: same model, same hash).
     _derived: tuple = dataclasses.field(default=(), init=False, repr=False, compare=False)
@@ -118,6 +126,7 @@ class TransformerConfig:
             ("positions", POSITIONS),
             ("mlp", MLPS),
             ("attention", ATTENTIONS),
+            ("matmul", MATMULS),
         ):
             value = getattr(self, name)
             if value not in allowed:

@@ -1,4 +1,4 @@
-"""Building blocks shared by GPT-2 and Llama style blocks: norms, RoPE, MLP, dense layers.
+"""Building blocks of GPT-2 and Llama style blocks: norms, RoPE, the MLP (projections: linear.py).
 
 Every parameter carries logical axis names from a short vocabulary (`vocab`, `embed`, `mlp`,
 `heads`, `kv_heads`, `kv`) so `specjax.sharding` can map them onto any mesh.
@@ -11,20 +11,20 @@ import jax
 import jax.numpy as jnp
 
 from specjax.models.config import TransformerConfig
-
-
-def partitioned(init, axes):
-    """Wraps an initializer with logical axis names."""
-    return nn.with_logical_partitioning(init, axes)
+from specjax.models.linear import dense, partitioned
 
 
 class Norm(nn.Module):
-    """LayerNorm or RMSNorm (statistics in float32), chosen by `config.norm`."""
+    """LayerNorm or RMSNorm (statistics in float32), chosen by `config.norm`.
+
+    `Norm(cfg)(x, apply=False)` declares the same params and returns them, (scale, bias or
+    None), for a kernel that applies the norm itself (`models/packed.py`).
+    """
 
     config: TransformerConfig
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, *, apply: bool = True):
         cfg = self.config
         scale = self.param(
             "scale",
@@ -32,7 +32,7 @@ class Norm(nn.Module):
             (x.shape[-1],),
             cfg.weights_dtype,
         )
-        x32 = x.astype(jnp.float32)
+        bias = None
         if cfg.norm == "layernorm":
             bias = self.param(
                 "bias",
@@ -40,6 +40,10 @@ class Norm(nn.Module):
                 (x.shape[-1],),
                 cfg.weights_dtype,
             )
+        if not apply:
+            return scale, bias
+        x32 = x.astype(jnp.float32)
+        if cfg.norm == "layernorm":
             mean = x32.mean(-1, keepdims=True)
             var = jnp.square(x32 - mean).mean(-1, keepdims=True)
             y = (x32 - mean) * jax.lax.rsqrt(var + cfg.norm_eps)
@@ -96,21 +100,14 @@ class Mlp(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         cfg = self.config
-        dense = (
-            lambda features, axes, name: nn.Dense(  # noqa: E731
-                features,
-                use_bias=cfg.use_bias,
-                dtype=cfg.compute_dtype,
-                param_dtype=cfg.weights_dtype,
-                kernel_init=partitioned(nn.initializers.normal(0.02), axes),
-                bias_init=partitioned(nn.initializers.zeros, axes[-1:]),
-                name=name,
-            )
-        )
+
+        def proj(features, axes, name):
+            return dense(cfg, features, axes, use_bias=cfg.use_bias, name=name)
+
         if cfg.mlp == "swiglu":
-            gate = dense(cfg.mlp_dim, ("embed", "mlp"), "gate")(x)
-            up = dense(cfg.mlp_dim, ("embed", "mlp"), "up")(x)
+            gate = proj(cfg.mlp_dim, ("embed", "mlp"), "gate")(x)
+            up = proj(cfg.mlp_dim, ("embed", "mlp"), "up")(x)
             hidden = nn.silu(gate) * up
         else:
-            hidden = nn.gelu(dense(cfg.mlp_dim, ("embed", "mlp"), "up")(x), approximate=True)
-        return dense(cfg.embed_dim, ("mlp", "embed"), "down")(hidden)
+            hidden = nn.gelu(proj(cfg.mlp_dim, ("embed", "mlp"), "up")(x), approximate=True)
+        return proj(cfg.embed_dim, ("mlp", "embed"), "down")(hidden)

@@ -14,7 +14,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from specjax import checks
+from specjax import checks, kernels
 from specjax.models.attention import Attention
 from specjax.models.config import TransformerConfig
 from specjax.models.interface import (
@@ -24,7 +24,9 @@ from specjax.models.interface import (
     chain_positions,
 )
 from specjax.models.kv_cache import KVCache, init_kv_cache
-from specjax.models.layers import Mlp, Norm, partitioned
+from specjax.models.layers import Mlp, Norm
+from specjax.models.linear import dense, partitioned
+from specjax.models.packed import PackedBlock, PackedEmbed, PackedWeights
 
 __all__ = ["Block", "ModelOutput", "Transformer", "TransformerLM"]
 
@@ -77,14 +79,17 @@ class Transformer(nn.Module):
             positions = chain_positions(starts, tokens.shape[1])  # [batch, T]
         if mask is None:
             mask = causal_mask(positions, cache.max_len)  # [batch, T, max_len]
-        embed = nn.Embed(
-            cfg.vocab_size,
-            cfg.embed_dim,
-            dtype=cfg.compute_dtype,
-            param_dtype=cfg.weights_dtype,
-            embedding_init=partitioned(nn.initializers.normal(0.02), ("vocab", "embed")),
-            name="embed",
-        )
+        if cfg.matmul == "packed" and cfg.tie_embeddings:
+            embed = PackedEmbed(cfg, name="embed")
+        else:
+            embed = nn.Embed(
+                cfg.vocab_size,
+                cfg.embed_dim,
+                dtype=cfg.compute_dtype,
+                param_dtype=cfg.weights_dtype,
+                embedding_init=partitioned(nn.initializers.normal(0.02), ("vocab", "embed")),
+                name="embed",
+            )
         x = embed(tokens)  # [batch, T, embed]
         if cfg.positions == "learned":
             pos_table = self.param(
@@ -97,24 +102,21 @@ class Transformer(nn.Module):
                 x.dtype
             )
         keys, values = [], []
+        block = PackedBlock if cfg.matmul == "packed" else Block
         for i in range(cfg.num_layers):
-            x, k, v = Block(cfg, name=f"block_{i}")(
+            x, k, v = block(cfg, name=f"block_{i}")(
                 x, positions, mask, cache.keys[i], cache.values[i], starts
             )
             keys.append(k)
             values.append(v)
         x = Norm(cfg, name="final_norm")(x)
         if cfg.tie_embeddings:
-            logits = embed.attend(x)
+            logits = embed.attend(x)  # [batch, T, vocab]
+        elif cfg.matmul == "packed":
+            kernel, _ = PackedWeights(cfg, cfg.embed_dim, cfg.vocab_size, name="head")()
+            logits = kernels.packed_matmul(x, kernel, cfg.vocab_size)
         else:
-            logits = nn.Dense(
-                cfg.vocab_size,
-                use_bias=False,
-                dtype=cfg.compute_dtype,
-                param_dtype=cfg.weights_dtype,
-                kernel_init=partitioned(nn.initializers.normal(0.02), ("embed", "vocab")),
-                name="head",
-            )(x)
+            logits = dense(cfg, cfg.vocab_size, ("embed", "vocab"), name="head")(x)
         new_cache = KVCache(tuple(keys), tuple(values), starts + num_new.astype(jnp.int32))
         return ModelOutput(logits.astype(jnp.float32), new_cache, x)
 
