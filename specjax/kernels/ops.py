@@ -43,7 +43,7 @@ class KernelWarning(UserWarning):
 def _load() -> str | None:
     """Registers the FFI targets once; returns None on success, else why not."""
     try:
-        from specjax.kernels import _packed_matmul
+        import specjax.kernels._packed_matmul as _packed_matmul  # the compiled extension
     except ImportError as err:
         return (
             f"the compiled module specjax.kernels._packed_matmul is missing ({err}); "
