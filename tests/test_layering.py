@@ -35,6 +35,8 @@ FLOORS = {
     # Helpers with no specjax dependency beyond each other.
     "specjax.checks": 0,
     "specjax.runtime": 0,
+    # CPU kernels behind jax.ffi (C++ sources and their JAX wrappers).
+    "specjax.kernels": 0,
     "specjax.theory": 0,
     "specjax.plotting": 0,
     # Models and data know nothing of decoding or training.
