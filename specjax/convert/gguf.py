@@ -31,6 +31,7 @@ from gguf import GGMLQuantizationType as Q
 
 from specjax.convert.gguf_tokenizer import tokenizer_from_gguf
 from specjax.convert.hf import params_from_hf
+from specjax.models.layout import resolve_matmul, with_matmul
 from specjax.models.transformer import TransformerLM
 
 ARCHITECTURE = "llama"
@@ -268,13 +269,16 @@ def params_from_gguf(reader: gguf.GGUFReader, dtype: str = "float32", *, path="G
     return params_from_hf(hf, hf_tensors(reader, hf, path), dtype)
 
 
-def load_gguf(path, dtype: str = "float32"):
+def load_gguf(path, dtype: str = "float32", matmul: str = "auto"):
     """Loads a llama-architecture GGUF file as a specjax model with its tokenizer.
 
     Args:
       path: the .gguf file.
       dtype: "float32" (logits within 1e-4 of transformers' float32 on the same file) or
         "bfloat16".
+      matmul: the weight layout (`TransformerConfig.matmul`): "xla", "packed" (specjax's CPU
+        kernels), or "auto": "packed" for float32 where the kernels run (a CPU backend with
+        the compiled kernels), else "xla" (`models.layout.default_matmul`).
 
     Returns:
       (TransformerLM, params, HFTokenizer): the same contract as `load_hf_model`. The model's
@@ -283,6 +287,7 @@ def load_gguf(path, dtype: str = "float32"):
     """
     path = os.fspath(path)
     check_dtype(dtype)
+    matmul = resolve_matmul(matmul, dtype)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"path={path!r}: no such GGUF file")
     reader = read_gguf(path)
@@ -290,4 +295,5 @@ def load_gguf(path, dtype: str = "float32"):
     hf = hf_config_from_gguf(meta, {t.name for t in reader.tensors}, path)
     tokenizer = tokenizer_from_gguf(meta, path)  # fails before any weight is dequantized
     cfg, params = params_from_hf(hf, hf_tensors(reader, hf, path), dtype)
-    return TransformerLM(cfg), params, tokenizer
+    model, params = with_matmul(TransformerLM(cfg), params, matmul)
+    return model, params, tokenizer

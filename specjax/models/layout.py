@@ -62,6 +62,21 @@ def convert_params(params, source_model, target_model):
     return out
 
 
+def default_matmul(dtype: str = "float32") -> str:
+    """The layout that decodes fastest here: "packed" for float32 where specjax's kernels run
+    (a CPU backend with the compiled kernels), else "xla" (accelerators, bfloat16)."""
+    return "packed" if dtype == "float32" and kernels.available() else "xla"
+
+
+def resolve_matmul(matmul: str, dtype: str = "float32") -> str:
+    """`matmul` checked, with "auto" resolved by `default_matmul(dtype)`."""
+    if matmul == "auto":
+        return default_matmul(dtype)
+    if matmul not in MATMULS:
+        raise ValueError(f"matmul must be 'auto' or one of {MATMULS}, got {matmul!r}")
+    return matmul
+
+
 def with_matmul(model, params, matmul: str):
     """(model, params) in the weight layout `matmul` ("xla" or "packed").
 
