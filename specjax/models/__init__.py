@@ -4,7 +4,9 @@ from specjax.models.config import RopeScaling, TransformerConfig
 from specjax.models.interface import LanguageModel, ModelOutput, check_pair, state_logical_axes
 from specjax.models.kv_cache import KVCache, rollback, select_rows
 from specjax.models.ngram import NgramLM, UniformLM, fit_ngram
+from specjax.models.layout import with_matmul
 from specjax.models.prompt_lookup import PromptLookupLM
+from specjax.models.sparse_ngram import SparseBigramLM, fit_sparse_bigram
 from specjax.models.transformer import Transformer, TransformerLM
 
 __all__ = [
@@ -14,15 +16,18 @@ __all__ = [
     "NgramLM",
     "PromptLookupLM",
     "RopeScaling",
+    "SparseBigramLM",
     "Transformer",
     "TransformerConfig",
     "TransformerLM",
     "UniformLM",
     "check_pair",
     "fit_ngram",
+    "fit_sparse_bigram",
     "rollback",
     "select_rows",
     "state_logical_axes",
+    "with_matmul",
 ]
 
 # Added for issue #13: the model builder, and whole-sequence logits of any model (they were
