@@ -125,3 +125,21 @@ def by_task(task: str) -> tuple[Prompt, ...]:
     if task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     return tuple(p for p in PROMPTS if p.task == task)
+
+
+# Prompts whose replies are the target's own samples for drafts that are fitted on target text
+# (the sparse bigram of bench_real.py). Not evaluation prompts: none of them is in PROMPTS.
+SAMPLE_PROMPTS = (
+    "Explain what a hash table is and when to use one.",
+    "Write a short email inviting a colleague to lunch on Friday.",
+    "Describe the water cycle for a ten-year-old.",
+    "Give three tips for learning a new language.",
+    "Write a Python function that reverses the words in a sentence.",
+    "What are the main causes of the seasons on Earth?",
+    "Write a haiku about autumn leaves and explain it.",
+    "List the steps to make a cup of tea.",
+    "Translate into Italian: I would like a table for two, please.",
+    "A farmer has 3 fields with 45 trees each. How many trees are there in total?",
+    "Summarise the plot of a detective story in three sentences.",
+    "Why is the sky blue? Answer briefly.",
+)

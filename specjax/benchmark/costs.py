@@ -57,6 +57,32 @@ def prefilled_state(model, params, batch: int, context: int, cache_len: int, see
     return state
 
 
+def call_runner(
+    model,
+    params,
+    k: int,
+    *,
+    batch: int = 1,
+    context: int = 64,
+    cache_len: int = 512,
+    steps: int = 16,
+    tree=None,
+):
+    """A zero-argument callable running `steps` in-loop calls that score k tokens per row
+    (for timing alongside other calls, e.g. `timing.interleaved`); see `call_cost`.
+
+    With a `tree`, k must be tree.num_nodes and the calls score it as a tree verification.
+    """
+    if k < 1 or context + k > cache_len:
+        raise ValueError(
+            f"need 1 <= k and context + k <= cache_len; got k={k}, "
+            f"context={context}, cache_len={cache_len}"
+        )
+    state = prefilled_state(model, params, batch, context, cache_len)
+    tokens = jnp.zeros((batch, k), jnp.int32)
+    return lambda: _repeat_calls(model, params, state, tokens, steps, tree)
+
+
 def call_cost(
     model,
     params,
@@ -85,16 +111,10 @@ def call_cost(
     Returns:
       Timing whose median is seconds per single call.
     """
-    if k < 1 or context + k > cache_len:
-        raise ValueError(
-            f"need 1 <= k and context + k <= cache_len; got k={k}, "
-            f"context={context}, cache_len={cache_len}"
-        )
-    state = prefilled_state(model, params, batch, context, cache_len)
-    tokens = jnp.zeros((batch, k), jnp.int32)
-    t = time_call(
-        lambda: _repeat_calls(model, params, state, tokens, steps), repeats=repeats, clock=clock
+    run = call_runner(
+        model, params, k, batch=batch, context=context, cache_len=cache_len, steps=steps
     )
+    t = time_call(run, repeats=repeats, clock=clock)
     return Timing(t.median / steps, tuple(s / steps for s in t.samples))
 
 
@@ -194,6 +214,17 @@ def _repeat_steps(decoder, params, state, steps):
     return out.seq.tokens, out.stats.emitted
 
 
+def iteration_runner(decoder, params: tuple, prompts, *, steps: int = 32):
+    """A zero-argument callable running `steps` in-loop iterations of `decoder` from the same
+    prefilled state (fresh keys each); see `iteration_cost`."""
+    params = tuple(params)
+    budget = decoder.tokens_per_step  # one iteration's tokens fit: nothing truncates
+    tokens, lengths = loop.prepare(decoder, prompts, budget)
+    params = loop.check_decoder_params(decoder, params)
+    state = loop.init_jit(decoder, params, tokens, lengths, jax.random.PRNGKey(0), budget, -1)
+    return lambda: _repeat_steps(decoder, params, state, steps)
+
+
 def iteration_cost(decoder, params: tuple, prompts, *, steps: int = 32, repeats: int = 5) -> Timing:
     """Seconds per decoding-loop iteration of `decoder` (its whole `step`), measured in-loop.
 
@@ -214,10 +245,6 @@ def iteration_cost(decoder, params: tuple, prompts, *, steps: int = 32, repeats:
     Returns:
       Timing whose median is seconds per iteration.
     """
-    params = tuple(params)
-    budget = decoder.tokens_per_step  # one iteration's tokens fit: nothing truncates
-    tokens, lengths = loop.prepare(decoder, prompts, budget)
-    params = loop.check_decoder_params(decoder, params)
-    state = loop.init_jit(decoder, params, tokens, lengths, jax.random.PRNGKey(0), budget, -1)
-    t = time_call(lambda: _repeat_steps(decoder, params, state, steps), repeats=repeats)
+    run = iteration_runner(decoder, params, prompts, steps=steps)
+    t = time_call(run, repeats=repeats)
     return Timing(t.median / steps, tuple(s / steps for s in t.samples))

@@ -19,7 +19,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.benchmark.costs import _repeat_calls, _repeat_steps, prefilled_state
-from specjax.benchmark.timing import coefficient_of_variation, interleaved, time_call
+from specjax.benchmark.timing import (
+    coefficient_of_variation,
+    interleaved,
+    mean_interval,
+    time_call,
+)
 from specjax.decoding import AutoregressiveDecoder, Proposal, loop, sample_from_probs
 from specjax.decoding.state import emit
 
@@ -115,6 +120,7 @@ def overhead_breakdown(
     steps: int = 32,
     repeats: int = 7,
     clock=time.perf_counter,
+    pieces: bool = True,
 ) -> dict:
     """One speculative iteration's cost: model calls, `ovh`, and its pieces (seconds).
 
@@ -130,12 +136,14 @@ def overhead_breakdown(
       steps: iterations (or calls) per timed device loop.
       repeats: timed rounds.
       clock: wall time (default) or `time.process_time` (see `timing.time_call`).
+      pieces: also time the pieces of `ovh` (each in its own loop; False: skip them).
 
     Returns:
       dict with "iteration", "t_verify" (T_target(γ+1)), "t_target_1", "t_draft" (one draft
       step, 0 for a draft without calls), "calls" (T(γ+1) + γ·T_draft), "ovh" (iteration −
       calls, median over rounds), "ovh_share" (ovh / T_target(1), median over rounds), "cv"
-      (coefficient of variation of T_target(1) over rounds), "ar_iteration" (the
+      (coefficient of variation of T_target(1) over rounds), "ovh_share_interval" (95 %
+      interval of the mean of ovh / T_target(1) over rounds, Student's t), "ar_iteration" (the
       autoregressive decoder's iteration with the same target and warper), "ar_ratio" (that over
       T_target(1), median over rounds) and "pieces": name -> seconds per
       iteration (piece cost × times it runs).
@@ -172,10 +180,13 @@ def overhead_breakdown(
     t_draft = per.get("t_draft", np.zeros(repeats))
     ovh = per["iteration"] - per["t_verify"] - gamma * t_draft  # [repeats]
     med = {n: float(np.median(v)) for n, v in per.items()}
-    pieces = {
-        name: times * piece_cost(piece, args, repeats=repeats, clock=clock)
-        for name, (piece, args, times) in _pieces(decoder, s, model_draft).items()
-    }
+    parts = {}
+    if pieces:
+        parts = {
+            name: times * piece_cost(piece, args, repeats=repeats, clock=clock)
+            for name, (piece, args, times) in _pieces(decoder, s, model_draft).items()
+        }
+    share = ovh / per["t_target_1"]  # [repeats]
     return {
         "iteration": med["iteration"],
         "t_verify": med["t_verify"],
@@ -183,9 +194,10 @@ def overhead_breakdown(
         "t_draft": med.get("t_draft", 0.0),
         "calls": med["t_verify"] + gamma * med.get("t_draft", 0.0),
         "ovh": float(np.median(ovh)),
-        "ovh_share": float(np.median(ovh / per["t_target_1"])),
+        "ovh_share": float(np.median(share)),
+        "ovh_share_interval": mean_interval(share),
         "cv": coefficient_of_variation(per["t_target_1"]),
         "ar_iteration": med["ar_iteration"],
         "ar_ratio": float(np.median(per["ar_iteration"] / per["t_target_1"])),
-        "pieces": pieces,
+        "pieces": parts,
     }

@@ -144,6 +144,16 @@ def ratio_interval(numerator, denominator) -> tuple[float, float] | None:
     return float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))
 
 
+def mean_interval(samples) -> tuple[float, float] | None:
+    """95 % interval of the mean of independent samples (Student's t); None with < 2."""
+    arr = np.asarray(samples, np.float64)
+    if arr.size < 2:
+        return None
+    t = _T95[arr.size - 2] if arr.size - 1 <= len(_T95) else 1.96
+    half = t * arr.std(ddof=1) / np.sqrt(arr.size)
+    return float(arr.mean() - half), float(arr.mean() + half)
+
+
 def coefficient_of_variation(samples) -> float:
     """Sample standard deviation / mean of repeated timings (0 for a single sample)."""
     arr = np.asarray(samples, np.float64)

@@ -1,0 +1,175 @@
+"""Every draft specjax builds without training, on a real target, against autoregressive decoding.
+
+Drafts (all through the same `SpeculativeDecoder`, γ fixed per run):
+  * prompt lookup (`LookupDrafter`: the continuation of the sequence's latest n-gram match);
+  * a sparse bigram fitted on the target's own samples (`SparseBigramLM`, on replies to
+    `SAMPLE_PROMPTS`, which are not evaluation prompts);
+  * the target's first K layers (`models.build.truncated`, sharing its embedding and head);
+  * the uniform draft (α ≈ 1 / vocab: the cost of speculating with nothing).
+
+`draft_table` decodes every evaluation prompt (batch 1, chat template) with the autoregressive
+decoder and each draft, all calls timed round-robin (`timing.interleaved`) so drift hits all
+alike. Speedup = (AR seconds / AR tokens) / (draft seconds / draft tokens) summed over prompts,
+per round, with its 95 % interval over the paired rounds; α, α by position and tokens per
+iteration come from the decoders' counters. At temperature 0 every draft's tokens must equal
+the autoregressive ones (`greedy_identical`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from experiments.common.real_prompts import PROMPTS, SAMPLE_PROMPTS, TASKS
+from specjax.benchmark.timing import interleaved, ratio_interval
+from specjax.decoding import (
+    AutoregressiveDecoder,
+    LookupDrafter,
+    SpeculativeDecoder,
+    make_warper,
+    summarize_stats,
+)
+from specjax.models import SparseBigramLM, UniformLM, fit_sparse_bigram
+from specjax.models.build import truncated
+
+
+def chat_ids(tokenizer, prompts) -> list[np.ndarray]:
+    """Token ids of each prompt's chat template, generation prompt added."""
+    return [np.asarray(tokenizer.apply_chat_template(p.messages), np.int32) for p in prompts]
+
+
+def target_samples(model, params, tokenizer, *, max_new_tokens: int = 128, seed: int = 0):
+    """The target's replies (t = 1) to SAMPLE_PROMPTS, prompts included: token arrays."""
+    import jax
+
+    ids = [np.asarray(tokenizer.apply_chat_template([{"role": "user", "content": t}]), np.int32)
+           for t in SAMPLE_PROMPTS]  # fmt: skip
+    ar = AutoregressiveDecoder(model, make_warper(1.0), cache_len=512)
+    out = ar.generate(
+        params, prompts=ids, key=jax.random.PRNGKey(seed), max_new_tokens=max_new_tokens,
+        eos_id=tokenizer.eos_id,
+    )  # fmt: skip
+    return [np.asarray(out.tokens[b, : int(out.lengths[b])]) for b in range(len(ids))]
+
+
+def build_drafts(model, params, tokenizer, *, layers=(4, 8), samples=None) -> dict:
+    """name -> (draft, draft_params) for every training-free draft kind."""
+    vocab = model.vocab_size
+    drafts = {"prompt lookup": (LookupDrafter(vocab, max_ngram=3), {})}
+    if samples is None:
+        samples = target_samples(model, params, tokenizer)
+    drafts["bigram (target samples)"] = (
+        SparseBigramLM(vocab, 16),
+        fit_sparse_bigram(samples, vocab, top_k=16),
+    )
+    for k in layers:
+        drafts[f"first {k} layers"] = truncated(model, params, k)
+    drafts["uniform"] = (UniformLM(vocab), {})
+    return drafts
+
+
+def draft_table(
+    model,
+    params,
+    tokenizer,
+    drafts: dict,
+    *,
+    temperature: float,
+    gamma: int = 4,
+    max_new_tokens: int = 64,
+    rounds: int = 3,
+    cache_len: int = 512,
+    prompts=PROMPTS,
+) -> dict:
+    """Speedup, α and tokens per iteration of every draft vs AR (see the module docstring).
+
+    Returns:
+      {"temperature", "gamma", "rows": [{"draft", "speedup", "interval", "alpha",
+      "alpha_by_position", "tokens_per_iteration", "per_task_tokens_per_iteration",
+      "greedy_identical" (t = 0)}], "ar_ms_per_token", "prompts", "max_new_tokens"}.
+    """
+    import jax
+
+    warper = make_warper(temperature)
+    key = jax.random.PRNGKey(0)
+    eos = tokenizer.eos_id
+    ids = chat_ids(tokenizer, prompts)
+    decoders = {"AR": (AutoregressiveDecoder(model, warper, cache_len=cache_len), (params,))}
+    for name, (draft, draft_params) in drafts.items():
+        decoder = SpeculativeDecoder(model, draft, gamma, warper, cache_len=cache_len)
+        decoders[name] = (decoder, (params, draft_params))
+    calls = {}
+    for i, prompt in enumerate(ids):
+        for name, (decoder, dec_params) in decoders.items():
+            calls[(name, i)] = lambda d=decoder, p=dec_params, x=prompt: d.generate(
+                *p, prompts=[x], key=key, max_new_tokens=max_new_tokens, eos_id=eos
+            )
+    timed = interleaved(calls, repeats=rounds, warmup=1)
+
+    def totals(name):
+        seconds = np.sum([timed[(name, i)].samples for i in range(len(ids))], axis=0)  # [rounds]
+        outs = [timed[(name, i)].output for i in range(len(ids))]
+        tokens = sum(int(o.lengths[0] - o.prompt_lengths[0]) for o in outs)
+        return seconds, tokens, outs
+
+    ar_s, ar_tokens, ar_outs = totals("AR")
+    rows = []
+    for name in drafts:
+        s, tokens, outs = totals(name)
+        per_token_ar, per_token = ar_s / ar_tokens, s / tokens  # [rounds]
+        summary = summarize_stats([o.stats for o in outs])
+        by_task = {}
+        for task in TASKS:
+            picked = [o.stats for o, p in zip(outs, prompts, strict=True) if p.task == task]
+            if picked:
+                by_task[task] = summarize_stats(picked)["tokens_per_iteration"]
+        row = {
+            "draft": name,
+            "speedup": float(np.median(per_token_ar / per_token)),
+            "interval": ratio_interval(per_token_ar, per_token),
+            "alpha": summary.get("alpha_empirical", 0.0),
+            "alpha_by_position": summary.get("acceptance_by_position", []),
+            "tokens_per_iteration": summary["tokens_per_iteration"],
+            "per_task_tokens_per_iteration": by_task,
+        }
+        if temperature == 0:
+            row["greedy_identical"] = all(
+                np.array_equal(np.asarray(a.new_tokens()[0]), np.asarray(b.new_tokens()[0]))
+                for a, b in zip(ar_outs, outs, strict=True)
+            )
+        rows.append(row)
+    return {
+        "temperature": temperature,
+        "gamma": gamma,
+        "rows": rows,
+        "ar_ms_per_token": float(np.median(ar_s) / ar_tokens * 1e3),
+        "prompts": len(ids),
+        "max_new_tokens": max_new_tokens,
+    }
+
+
+def format_drafts(table: dict) -> str:
+    """One draft table as markdown."""
+    lines = [
+        f"t = {table['temperature']}, γ = {table['gamma']}, {table['prompts']} prompts, "
+        f"{table['max_new_tokens']} new tokens, AR {table['ar_ms_per_token']:.1f} ms/token",
+        "",
+        "| draft | α | α by position | tokens / iteration | speedup vs AR (95 %) | greedy = AR |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in table["rows"]:
+        low, high = r["interval"] or (float("nan"), float("nan"))
+        by_pos = " ".join(f"{a:.2f}" for a in r["alpha_by_position"])
+        same = {True: "yes", False: "NO"}.get(r.get("greedy_identical"), "-")
+        lines.append(
+            f"| {r['draft']} | {r['alpha']:.3f} | {by_pos} | {r['tokens_per_iteration']:.2f} | "
+            f"{r['speedup']:.2f}x ({low:.2f}-{high:.2f}) | {same} |"
+        )
+    tasks = list(table["rows"][0]["per_task_tokens_per_iteration"]) if table["rows"] else []
+    if tasks:
+        lines += ["", "tokens per iteration by task:", ""]
+        lines.append("| draft | " + " | ".join(tasks) + " |")
+        lines.append("|---" * (len(tasks) + 1) + "|")
+        for r in table["rows"]:
+            cells = " | ".join(f"{r['per_task_tokens_per_iteration'][t]:.2f}" for t in tasks)
+            lines.append(f"| {r['draft']} | {cells} |")
+    return "\n".join(lines)

