@@ -3,8 +3,8 @@
 from specjax.models.config import RopeScaling, TransformerConfig
 from specjax.models.interface import LanguageModel, ModelOutput, check_pair, state_logical_axes
 from specjax.models.kv_cache import KVCache, rollback, select_rows
-from specjax.models.ngram import NgramLM, UniformLM, fit_ngram
 from specjax.models.layout import with_matmul
+from specjax.models.ngram import NgramLM, UniformLM, fit_ngram
 from specjax.models.prompt_lookup import PromptLookupLM
 from specjax.models.sparse_ngram import SparseBigramLM, fit_sparse_bigram
 from specjax.models.transformer import Transformer, TransformerLM
