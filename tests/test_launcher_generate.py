@@ -381,3 +381,27 @@ def test_option_error_finds_only_the_projects_own_errors():
             raise RuntimeError("wrapped") from inner
     except RuntimeError as e:
         assert "gamma='two'" in launcher.one_line(launcher.option_error(e))
+
+
+def test_pretrained_target_validation_names_the_fields(tmp_path):
+    """config.target_pretrained: one target only, a draft kind that works on its tokenizer,
+    and config.chat only where a chat template exists (all raised before anything compiles)."""
+    config = generate_config.get_config("tiny")
+    config.target_pretrained = "smollm2-135m-instruct"
+    config.target_hf_checkpoint = str(tmp_path)
+    with pytest.raises(ValueError, match="target_pretrained and config.target_hf_checkpoint"):
+        generate_mode.run(config, str(tmp_path))
+    config = generate_config.get_config("tiny")
+    config.target_pretrained = "smollm2-135m-instruct"
+    config.draft_kind = "bigram"
+    with pytest.raises(ValueError, match="draft_kind='bigram'.*target_pretrained"):
+        generate_mode.run(config, str(tmp_path))
+    config = generate_config.get_config("tiny,weights=random")
+    config.target_pretrained = str(tmp_path / "missing.gguf")
+    config.draft_kind = "none"
+    with pytest.raises(FileNotFoundError, match="config.target_pretrained="):
+        generate_mode.run(config, str(tmp_path))
+    config = generate_config.get_config("tiny,weights=random")
+    config.chat = "hello"
+    with pytest.raises(ValueError, match="config.chat: the byte tokenizer has no chat template"):
+        generate_mode.run(config, str(tmp_path))

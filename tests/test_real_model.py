@@ -101,3 +101,20 @@ def test_prompt_lookup_speculative_equals_autoregressive(smollm2, reference, ar_
         np.testing.assert_array_equal(out.new_tokens[b], ar.new_tokens[b])
     assert out.text == ar.text
     assert out.stats["tokens_per_iteration"] > 1.0  # lookups were accepted, not only bonus tokens
+
+
+def test_launcher_chat_prompts_are_the_templates_ids(smollm2, reference):
+    """generate mode's `config.chat`: each message as a one-turn chat with the generation
+    prompt, the same ids as the fixture's chat prompts (no stray or doubled BOS)."""
+    from configs import generate as generate_config
+    from experiments.generate import encode_prompts, prompts_of
+
+    _, _, tok = smollm2
+    first = reference["prompts"][0]
+    (message,) = first["messages"]
+    assert message["role"] == "user"
+    config = generate_config.get_config()
+    config.chat = message["content"]
+    (ids,) = encode_prompts(config, tok, prompts_of(config), add_bos=tok.add_bos)
+    assert ids.tolist() == first["prompt_ids"]
+    assert ids[0] == tok.bos_id and ids[1] != tok.bos_id

