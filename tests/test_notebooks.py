@@ -4,8 +4,8 @@ Execution: every notebook in its small mode (SPECJAX_NOTEBOOK_SMALL=1: seconds-s
 measurements) in a fresh Jupyter kernel, cell by cell, started in a notebooks/ directory beside
 links to the checkout's code (so its install cell finds the repository root through `..`, as in
 a checkout, and its runs/ land in a temporary directory); any cell that raises fails the test
-with the cell's traceback. The notebooks share a
-temporary model cache (SPECJAX_CACHE), so the tiny models are trained once, by the first.
+with the cell's traceback. The notebooks use the test session's model cache (SPECJAX_CACHE,
+tests/conftest.py), so the tiny models are trained once per session, by whoever asks first.
 Needs nbclient, nbformat and ipykernel (the `[test]` extra).
 """
 
@@ -67,10 +67,9 @@ def test_the_output_check_sees_outputs():
 
 @pytest.fixture(scope="module")
 def small_mode(tmp_path_factory):
-    """Environment of the kernels: small mode and a model cache shared by the notebooks."""
-    saved = {k: os.environ.get(k) for k in ("SPECJAX_NOTEBOOK_SMALL", "SPECJAX_CACHE")}
+    """Environment of the kernels: small mode (the session's model cache is inherited)."""
+    saved = {k: os.environ.get(k) for k in ("SPECJAX_NOTEBOOK_SMALL",)}
     os.environ["SPECJAX_NOTEBOOK_SMALL"] = "1"
-    os.environ["SPECJAX_CACHE"] = str(tmp_path_factory.mktemp("notebook_cache"))
     yield
     for key, value in saved.items():
         if value is None:

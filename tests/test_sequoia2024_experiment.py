@@ -20,11 +20,10 @@ from specjax.decoding import TokenTree, expected_accepted
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as patch:  # the test models go to a temporary cache
-        patch.setenv("SPECJAX_CACHE", str(tmp_path_factory.mktemp("cache")))
-        config = sequoia_config.get_config("tiny,temperatures=0,sizes=1/2/4,gammas=1")
-        workdir = str(tmp_path_factory.mktemp("sequoia"))
-        yield config, workdir, pipeline.run(config, workdir)
+    # The test models: trained once per session in the session's cache (tests/conftest.py).
+    config = sequoia_config.get_config("tiny,temperatures=0,sizes=1/2/4,gammas=1")
+    workdir = str(tmp_path_factory.mktemp("sequoia"))
+    yield config, workdir, pipeline.run(config, workdir)
 
 
 @pytest.mark.slow

@@ -19,11 +19,10 @@ from experiments.trees import pipeline, report
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as patch:  # the test models go to a temporary cache
-        patch.setenv("SPECJAX_CACHE", str(tmp_path_factory.mktemp("cache")))
-        config = trees_config.get_config("tiny,temperatures=0")
-        workdir = str(tmp_path_factory.mktemp("trees"))
-        yield config, workdir, pipeline.run(config, workdir)
+    # The test models: trained once per session in the session's cache (tests/conftest.py).
+    config = trees_config.get_config("tiny,temperatures=0")
+    workdir = str(tmp_path_factory.mktemp("trees"))
+    yield config, workdir, pipeline.run(config, workdir)
 
 
 @pytest.mark.slow

@@ -75,11 +75,12 @@ def ensure_model_dir(cfg, workdir: str, log=print) -> str:
     `specjax.Pipeline.from_pretrained`.
     """
     cache_dir = zoo.model_cache_dir(cfg.to_dict())
-    if os.path.isdir(cache_dir):
-        log(f"  {cfg.name}: cached weights {cache_dir}")
-        return cache_dir
-    log(f"  {cfg.name}: training {cfg.num_steps} steps (resumable in {workdir}) ...")
-    summary = train_and_evaluate(cfg, os.path.join(workdir, "train", cfg.name))
+    with zoo.cache_lock(cache_dir):  # another process training this model: wait for its export
+        if os.path.isdir(cache_dir):
+            log(f"  {cfg.name}: cached weights {cache_dir}")
+            return cache_dir
+        log(f"  {cfg.name}: training {cfg.num_steps} steps (resumable in {workdir}) ...")
+        summary = train_and_evaluate(cfg, os.path.join(workdir, "train", cfg.name))
     if summary.get("stopped"):
         raise RuntimeError(f"training of {cfg.name} stopped early: {summary['stopped']}")
     evaluation = summary.get("eval", {})

@@ -16,13 +16,23 @@ A finished run's parameters are exported to `model_cache_dir(config)` =
 where the fingerprint hashes every field that changes the trained weights (model, data,
 optimizer, steps, seeds, distillation), so later experiments find exactly the weights their
 config describes, and a changed recipe never silently reuses stale weights.
+
+Processes sharing a cache (two launches, a test session's workers) take `cache_lock(dir)`
+around "load if present, else train and export": the second waits for the first's export
+instead of training the same model again or reading a half-written directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no inter-process lock (one process per cache)
+    fcntl = None
 
 MODEL_SIZES = {
     "target": dict(num_layers=6, num_heads=6, embed_dim=384, mlp_dim=1536),
@@ -89,3 +99,22 @@ def model_cache_name(config_dict: dict) -> str:
 def model_cache_dir(config_dict: dict) -> str:
     """Where a finished run with this config exports its parameters (see module docstring)."""
     return os.path.join(cache_root(), model_cache_name(config_dict))
+
+
+@contextlib.contextmanager
+def cache_lock(cache_dir: str):
+    """Holds an exclusive inter-process lock on `<cache_dir>.lock` (POSIX `flock`).
+
+    Use it around checking for, training and exporting the model of `cache_dir`. The lock is
+    released when the block ends or the process dies; on systems without `fcntl` it is a no-op.
+    """
+    os.makedirs(os.path.dirname(os.path.abspath(cache_dir)), exist_ok=True)
+    if fcntl is None:
+        yield
+        return
+    with open(f"{cache_dir}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
