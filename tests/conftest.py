@@ -75,6 +75,23 @@ def _mappings() -> int | None:
         return None
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--long",
+        action="store_true",
+        help="also run tests marked `long` (minutes each on 2 cores; not run in CI)",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--long"):
+        return
+    skip = pytest.mark.skip(reason="long test: run with --long")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_programs():
     """After a test module, drop jax's compiled programs if the mappings near the limit."""

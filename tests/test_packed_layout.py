@@ -140,3 +140,17 @@ def test_bad_layouts_are_refused():
         convert_params({}, model, other)
     with pytest.raises(ValueError, match="matmul must be one of"):
         with_matmul(model, {}, "fast")
+
+
+def test_sharded_decoder_refuses_the_packed_layout_and_takes_the_converted_model():
+    """The kernels run on one device: ShardedDecoder says how to convert, and takes the xla
+    layout of the same model."""
+    from specjax import sharding as sh
+    from specjax.decoding import ShardedDecoder
+
+    packed = TransformerLM(CONFIGS["llama_gqa"].replace(matmul="packed"))
+    mesh = sh.make_mesh((1, 1))
+    with pytest.raises(ValueError, match=r"models\[0\] uses matmul='packed'.*with_matmul"):
+        ShardedDecoder(AutoregressiveDecoder(packed, make_warper(0.0), 32), mesh)
+    xla = TransformerLM(packed.config.replace(matmul="xla"))
+    ShardedDecoder(AutoregressiveDecoder(xla, make_warper(0.0), 32), mesh)

@@ -70,6 +70,14 @@ class ShardedDecoder:
             )
         object.__setattr__(self, "rules", tuple(tuple(r) for r in self.rules))
         sh.check_rules(self.mesh, self.rules)
+        for i, model in enumerate(self.decoder.models):
+            if getattr(getattr(model, "config", None), "matmul", "xla") == "packed":
+                raise ValueError(
+                    f"decoder.models[{i}] uses matmul='packed' (specjax's single-device CPU "
+                    "kernels), which ShardedDecoder cannot split over a mesh: convert it with "
+                    "model, params = specjax.models.with_matmul(model, params, 'xla') (or "
+                    "load_gguf(..., matmul='xla')) and build the decoder on that"
+                )
 
     @property
     def models(self) -> tuple:
