@@ -19,6 +19,7 @@ import dataclasses
 import math
 import os
 import time
+import warnings
 from typing import Any
 
 import jax
@@ -213,6 +214,11 @@ class Pipeline:
 
     def decoder(self, gamma: int, warper, speculative: bool = True):
         """The (cached) decoder: speculative with `gamma` when there is a draft, else AR."""
+        with warnings.catch_warnings():  # the pipeline warned about cache_len at construction
+            warnings.filterwarnings("ignore", message=r"cache_len=\d+ goes beyond")
+            return self._decoder(gamma, warper, speculative)
+
+    def _decoder(self, gamma: int, warper, speculative: bool):
         if speculative and self.draft is not None:
             key = ("spec", gamma, warper)
             if key not in self._decoders:

@@ -326,6 +326,31 @@ def test_pipeline_warns_beyond_the_trained_context_and_refuses_long_prompts(tmp_
     with pytest.raises(ValueError, match=r"exceeds cache_len=32") as info:
         pipe.generate("the cat " * 20, max_new_tokens=4)
     assert "\n" not in str(info.value)
+    with warnings.catch_warnings():  # its decoders do not warn a second time
+        warnings.simplefilter("error")
+        pipe.decoder(4, pipe._warper(0.0, None, None), speculative=False)
+
+
+def test_decoders_warn_beyond_the_trained_context(tmp_path):
+    """The decoders themselves (no Pipeline) warn once a cache passes the trained context."""
+    from specjax.decoding import (
+        AutoregressiveDecoder,
+        LookupDrafter,
+        SpeculativeDecoder,
+        make_warper,
+    )
+
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path, context=128)
+    model, _, _ = load_gguf(path)
+    greedy = make_warper(0.0)
+    with pytest.warns(UserWarning, match="the target's trained context of 128"):
+        AutoregressiveDecoder(model, greedy, 129)
+    with pytest.warns(UserWarning, match="the target's trained context of 128"):
+        SpeculativeDecoder(model, LookupDrafter(model.vocab_size), 2, greedy, cache_len=200)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        AutoregressiveDecoder(model, greedy, 128)
 
 
 @pytest.mark.parametrize(

@@ -52,7 +52,7 @@ from specjax.decoding.state import (
     init_sequences,
     init_stats,
 )
-from specjax.models.interface import check_params, state_logical_axes
+from specjax.models.interface import check_params, state_logical_axes, warn_beyond_trained_context
 from specjax.models.interface import position_limit as model_position_limit
 
 
@@ -197,7 +197,8 @@ def resolve_cache_len(decoder) -> None:
 
     None becomes the models' position limit (the smallest learned position table among target
     and draft), or DEFAULT_CACHE_LEN when no model has one. An explicit value must be an integer
-    >= 2 that no model's position table is shorter than.
+    >= 2 that no model's position table is shorter than. A value past a model's trained context
+    (RoPE: no table, but positions it never saw) is allowed, with a warning naming it.
     """
     limit, name = position_limit(decoder.models)
     cache_len = decoder.cache_len
@@ -212,6 +213,8 @@ def resolve_cache_len(decoder) -> None:
             f"table has {limit} positions (max_len={limit}); pass cache_len <= {limit}, or "
             "leave cache_len unset (None: the models' limit)"
         )
+    roles = {("target" if i == 0 else f"models[{i}]"): m for i, m in enumerate(decoder.models)}
+    warn_beyond_trained_context(cache_len, **roles)
 
 
 def prepare(decoder: Decoder, prompts, max_new_tokens):
