@@ -66,6 +66,12 @@ def _gpt2_dir(path, layers: int, seed: int, words=WORDS) -> str:
     )
     tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
     tok.save(str(path / "tokenizer.json"))
+    # The special tokens by name: without them transformers (5.x) adds its own <|endoftext|>,
+    # an id the 14-row output layer does not have.
+    special = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+    (path / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", **special})
+    )
     return str(path)
 
 
