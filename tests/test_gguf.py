@@ -67,7 +67,7 @@ def _assert_trees_equal(a, b):
 def test_recovers_the_hf_layout_weights_exactly(tmp_path, qtype, embed_qtype, tied):
     path = tmp_path / "tiny.gguf"
     expected = write_tiny_gguf(path, qtype=qtype, embed_qtype=embed_qtype, tied=tied)
-    model, params, _ = load_gguf(path)
+    model, params, _ = load_gguf(path, matmul="xla")  # the HF converter's layout
     cfg, want = _expected_params(expected, path)
     assert model.config == cfg
     assert cfg.tie_embeddings == tied and "head" not in params if tied else "head" in params
@@ -112,7 +112,7 @@ def test_logits_equal_the_hf_converted_model(tmp_path):
     """Same params -> same logits; the un-permuted (wrong) model differs clearly."""
     path = tmp_path / "tiny.gguf"
     expected = write_tiny_gguf(path, qtype=Q.Q8_0)
-    model, params, tok = load_gguf(path)
+    model, params, tok = load_gguf(path, matmul="xla")  # the HF converter's layout
     ids = tok.encode("the cat sat on the mat 42")[None, :]  # [1, T]
     n = np.array([ids.shape[1]], np.int32)
 
@@ -142,7 +142,7 @@ def test_k_quants_pass_through_gguf_dequantize(tmp_path):
         path, embed=512, heads=8, kv_heads=4, mlp=256, qtype=Q.Q8_0,
         raw_tensors={"blk.0.ffn_up.weight": (data, Q.Q4_K)},
     )  # fmt: skip
-    _, params, _ = load_gguf(path)
+    _, params, _ = load_gguf(path, matmul="xla")  # the HF converter's layout
     want = gguf.quants.dequantize(data, Q.Q4_K)  # [256, 512]
     assert np.isfinite(want).all() and np.abs(want).max() > 0
     np.testing.assert_array_equal(np.asarray(params["block_0"]["mlp"]["up"]["kernel"]), want.T)
