@@ -33,6 +33,17 @@ class LengthState:
         return self
 
 
+def token_documents(tokens, vocab_size: int) -> list[np.ndarray]:
+    """`tokens` (one array or a list of documents) as int64 1-D arrays, each id checked to lie
+    in [0, vocab_size); pairs never span two documents."""
+    docs = tokens if isinstance(tokens, (list, tuple)) else [tokens]
+    docs = [np.asarray(d).astype(np.int64).ravel() for d in docs]
+    for d in docs:
+        if d.size and (d.min() < 0 or d.max() >= vocab_size):
+            raise ValueError(f"tokens must lie in [0, {vocab_size}); got [{d.min()}, {d.max()}]")
+    return docs
+
+
 def fit_ngram(tokens, vocab_size: int, order: int, smoothing: float = 0.1) -> dict:
     """Fits unigram (order 1) or bigram (order 2) log-probabilities.
 
@@ -50,11 +61,7 @@ def fit_ngram(tokens, vocab_size: int, order: int, smoothing: float = 0.1) -> di
         raise ValueError(f"order must be 1 (unigram) or 2 (bigram), got {order!r}")
     if not smoothing > 0:
         raise ValueError(f"smoothing must be > 0, got {smoothing!r}")
-    docs = tokens if isinstance(tokens, (list, tuple)) else [tokens]
-    docs = [np.asarray(d).astype(np.int64).ravel() for d in docs]
-    for d in docs:
-        if d.size and (d.min() < 0 or d.max() >= vocab_size):
-            raise ValueError(f"tokens must lie in [0, {vocab_size}); got [{d.min()}, {d.max()}]")
+    docs = token_documents(tokens, vocab_size)
     if order == 1:
         counts = sum(np.bincount(d, minlength=vocab_size) for d in docs).astype(np.float64)
     else:

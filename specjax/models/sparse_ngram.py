@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.models.interface import ApplyFromForward, ModelOutput
-from specjax.models.ngram import LengthState
+from specjax.models.ngram import LengthState, token_documents
 
 
 def fit_sparse_bigram(tokens, vocab_size: int, top_k: int = 16, smoothing: float = 0.1) -> dict:
@@ -42,11 +42,7 @@ def fit_sparse_bigram(tokens, vocab_size: int, top_k: int = 16, smoothing: float
         raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}")
     if not smoothing > 0:
         raise ValueError(f"smoothing must be > 0, got {smoothing!r}")
-    docs = tokens if isinstance(tokens, (list, tuple)) else [tokens]
-    docs = [np.asarray(d).astype(np.int64).ravel() for d in docs]
-    for d in docs:
-        if d.size and (d.min() < 0 or d.max() >= vocab_size):
-            raise ValueError(f"tokens must lie in [0, {vocab_size}); got [{d.min()}, {d.max()}]")
+    docs = token_documents(tokens, vocab_size)
     unigram = sum(np.bincount(d, minlength=vocab_size) for d in docs).astype(np.float64)
     unigram += smoothing
     pairs = np.concatenate([d[:-1] * vocab_size + d[1:] for d in docs if d.size > 1] or [[]])
