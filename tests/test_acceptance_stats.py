@@ -39,7 +39,7 @@ from specjax.decoding import make_warper, speculative_accept
 from specjax.testing.law import draft_cdf
 from specjax.testing.stats import PVALUE_THRESHOLD, pooled_chi2
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.runtime_bound]  # tests/conftest.py
 
 
 def _f32(x) -> np.ndarray:

@@ -47,7 +47,7 @@ from specjax.testing import sampler
 from specjax.testing.law import make_case
 from specjax.testing.stats import PVALUE_THRESHOLD
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.runtime_bound]  # tests/conftest.py
 
 DETECTION_PVALUE = 1e-12
 

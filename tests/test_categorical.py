@@ -21,6 +21,8 @@ from specjax.decoding import categorical, sample_from_probs
 from specjax.decoding.categorical import block_masses, default_block
 from specjax.testing.stats import PVALUE_THRESHOLD, pooled_chi2
 
+pytestmark = pytest.mark.runtime_bound  # sampling dominates: tests/conftest.py
+
 VOCAB, BLOCK = 1000, 32  # 32 blocks; the last holds 8 entries and 24 zero-weight pads
 DRAWS = 1 << 18
 CHUNK = 1 << 14

@@ -22,6 +22,8 @@ from scipy import stats
 
 from specjax import testing
 
+pytestmark = pytest.mark.runtime_bound  # sampling dominates: tests/conftest.py
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -46,7 +46,7 @@ import pytest
 import tree_harness as th
 from tree_harness import NUM_STATES, TokenTree, Verifier
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.runtime_bound]  # tests/conftest.py
 
 P_THRESHOLD = 1e-6
 DETECTION_PVALUE = 1e-12
