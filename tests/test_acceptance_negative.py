@@ -32,7 +32,7 @@ from stats_util import Case
 from specjax.decoding import speculative_accept
 from specjax.testing.stats import PVALUE_THRESHOLD
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.runtime_bound]  # tests/conftest.py
 
 # A biased sampler must be rejected at least this decisively.
 DETECTION_PVALUE = 1e-12

@@ -32,6 +32,8 @@ from stats_util import Case
 from specjax.decoding import residual_distribution, sample_from_probs, speculative_accept
 from specjax.testing.stats import PVALUE_THRESHOLD, pooled_chi2
 
+pytestmark = pytest.mark.runtime_bound  # sampling dominates: tests/conftest.py
+
 
 def _f32(x) -> np.ndarray:
     x = np.asarray(x, np.float64)

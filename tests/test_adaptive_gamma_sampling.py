@@ -46,7 +46,7 @@ from specjax.decoding import (
     block_accept,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.runtime_bound]  # tests/conftest.py
 
 GAMMA_MAX = 3
 CACHE_LEN = 12  # prompt 4 + 3 new + gamma_max 3 lookahead

@@ -32,7 +32,7 @@ from specjax.decoding import (
 )
 from specjax.models import NgramLM, TransformerConfig, TransformerLM, fit_ngram
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.runtime_bound]  # tests/conftest.py
 
 P_THRESHOLD = 1e-6
 MIN_EXPECTED = 5.0

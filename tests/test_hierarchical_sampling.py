@@ -45,7 +45,7 @@ from test_decoding_sampling import models as models  # noqa: F401  (the fixture)
 from specjax.decoding import SpeculativeDecoder, SpeculativeDrafter, residual_distribution
 from specjax.testing.stats import PVALUE_THRESHOLD, pooled_chi2
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.runtime_bound]  # tests/conftest.py
 
 CACHE_LEN = 12  # prompt 4 + 3 new + outer gamma <= 3 lookahead (the overshoot is dropped)
 SEED = 61

@@ -39,7 +39,7 @@ from test_decoding_sampling import models as models  # noqa: F401  (the fixture)
 
 from specjax.decoding import TokenTree, TreeSpeculativeDecoder, tree_accept
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.runtime_bound]  # tests/conftest.py
 
 CACHE_LEN = 16  # prompt 4 + 3 new + 7 tree slots <= 16 (the models' position table)
 UNBALANCED = TokenTree((-1, 0, 0, 0, 1, 1, 2, 4))  # 8 nodes, depth 3
