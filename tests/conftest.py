@@ -122,7 +122,7 @@ def _release_compiled_programs():
 _optimized = {"on": False}
 
 
-def _install_optimization_switch() -> bool:
+def _install_optimization_switch() -> None:
     """Makes every compilation, while `_optimized["on"]`, ask for XLA's default optimization.
 
     jax passes per-compilation options (`jax.jit(..., compiler_options=...)`) to XLA as
@@ -133,10 +133,10 @@ def _install_optimization_switch() -> bool:
     try:
         from jax._src.interpreters import pxla
     except ImportError:
-        return False
+        return
     original = getattr(pxla, "create_compile_options", None)
     if original is None:
-        return False
+        return
 
     def create_compile_options(computation, *args):
         *rest, compiler_options = args
@@ -145,10 +145,9 @@ def _install_optimization_switch() -> bool:
         return original(computation, *rest, compiler_options)
 
     pxla.create_compile_options = create_compile_options
-    return True
 
 
-_SWITCH = _install_optimization_switch()
+_install_optimization_switch()
 
 
 @pytest.fixture(autouse=True, scope="module")

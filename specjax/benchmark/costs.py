@@ -202,7 +202,6 @@ def _rewind(state: loop.LoopState, start: loop.LoopState) -> loop.LoopState:
     )
 
 
-@functools.partial(jax.jit, static_argnums=(0, 3))
 @functools.partial(jax.jit, static_argnums=0)
 def _repeat_steps(decoder, params, state, steps):
     """Runs `steps` loop iterations of `decoder` from the same position (fresh keys each).
