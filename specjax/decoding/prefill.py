@@ -27,3 +27,23 @@ def prefill(model, params, state, prompts: jax.Array, prompt_lengths: jax.Array)
     """
     _, state = model.apply(params, state, prompts, prompt_lengths - 1)
     return state
+
+
+def prefill_features(model, params, state, prompts: jax.Array, prompt_lengths: jax.Array):
+    """`prefill` through the model's `forward`, also returning its hidden states (jittable).
+
+    For decoders whose drafter reads the target's features (`drafters.base.reads_features`).
+
+    Returns:
+      (state holding prompt_lengths - 1 tokens per row, hidden [batch, P, embed]: the hidden
+      state after each prompt token, valid for the first prompt_lengths - 1 positions).
+    """
+    if not hasattr(model, "forward"):
+        raise TypeError(
+            f"a drafter that reads the target's features needs a target with `forward` (hidden "
+            f"states); {type(model).__name__} has none"
+        )
+    out = model.forward(params, state, prompts, prompt_lengths - 1)
+    if out.hidden is None:
+        raise TypeError(f"{type(model).__name__}.forward returns no hidden states")
+    return out.state, out.hidden

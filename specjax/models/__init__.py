@@ -1,6 +1,7 @@
 """Models behind one decoding interface (see `interface.py`)."""
 
 from specjax.models.config import RopeScaling, TransformerConfig
+from specjax.models.eagle_head import EagleHead
 from specjax.models.interface import LanguageModel, ModelOutput, check_pair, state_logical_axes
 from specjax.models.kv_cache import KVCache, rollback, select_rows
 from specjax.models.layout import with_matmul
@@ -10,6 +11,7 @@ from specjax.models.sparse_ngram import SparseBigramLM, fit_sparse_bigram
 from specjax.models.transformer import Transformer, TransformerLM
 
 __all__ = [
+    "EagleHead",
     "KVCache",
     "LanguageModel",
     "ModelOutput",

@@ -186,6 +186,38 @@ class TransformerLM(ApplyFromForward):
             cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim, cfg.compute_dtype
         )
 
+    def embed(self, params, tokens: jax.Array) -> jax.Array:
+        """The token embedding alone: int32 [batch, T] -> [batch, T, embed] (no positions).
+
+        What a feature head (EAGLE) reads for the next token, sharing the target's table.
+        """
+        cfg = self.config
+        if cfg.matmul == "packed" and cfg.tie_embeddings:
+            return PackedEmbed(cfg).apply({"params": params["embed"]}, tokens)
+        table = params["embed"]["embedding"]  # [vocab, embed]
+        return jnp.take(table, tokens, axis=0).astype(cfg.compute_dtype)
+
+    def unembed(self, params, hidden: jax.Array) -> jax.Array:
+        """The output layer alone: final hidden states [..., embed] -> float32 logits [..., vocab].
+
+        `unembed(params, forward(...).hidden)` is `forward(...).logits`: a feature head turns the
+        features it predicts into a distribution with the target's own head.
+        """
+        cfg = self.config
+        hidden = hidden.astype(cfg.compute_dtype)
+        if cfg.tie_embeddings:
+            if cfg.matmul == "packed":
+                embed = PackedEmbed(cfg)
+                logits = embed.apply({"params": params["embed"]}, hidden, method=embed.attend)
+            else:
+                table = params["embed"]["embedding"].astype(cfg.compute_dtype)
+                logits = hidden @ table.T
+        elif cfg.matmul == "packed":
+            logits = kernels.packed_matmul(hidden, params["head"]["kernel"], cfg.vocab_size)
+        else:
+            logits = hidden @ params["head"]["kernel"].astype(cfg.compute_dtype)
+        return logits.astype(jnp.float32)
+
     def forward(
         self,
         params,

@@ -32,10 +32,11 @@ from flax import struct
 from specjax.decoding import loop, rules
 from specjax.decoding.decoders.verify_width import check_widths, score_to_longest
 from specjax.decoding.drafters.adaptive import AdaptiveDrafter, check_policy
-from specjax.decoding.drafters.base import Drafter, Verdict, is_drafter
+from specjax.decoding.drafters.base import Drafter, Verdict, is_drafter, reads_features
+from specjax.decoding.drafters.eagle import check_feature_target, head_drafter
 from specjax.decoding.drafters.model import ModelDrafter
 from specjax.decoding.loop import LoopState
-from specjax.decoding.prefill import prefill
+from specjax.decoding.prefill import prefill, prefill_features
 from specjax.decoding.rules.acceptance import speculative_accept
 from specjax.decoding.sampling import Warper
 from specjax.decoding.state import GenerationResult, emit, last_tokens
@@ -97,8 +98,14 @@ class SpeculativeSteps:
         """Prefills the target and the drafter with every prompt token but the last."""
         target_params, draft_params = params
         t_state = self.target.init_state(prompts.shape[0], self.cache_len)
-        t_state = prefill(self.target, target_params, t_state, prompts, prompt_lengths)
-        d_state = self.drafter.init(draft_params, prompts, prompt_lengths, self.cache_len)
+        if reads_features(self.drafter):
+            t_state, hidden = prefill_features(
+                self.target, target_params, t_state, prompts, prompt_lengths
+            )
+            d_state = self.drafter.init(params, prompts, prompt_lengths, self.cache_len, hidden)
+        else:
+            t_state = prefill(self.target, target_params, t_state, prompts, prompt_lengths)
+            d_state = self.drafter.init(draft_params, prompts, prompt_lengths, self.cache_len)
         s = loop.new_state(
             prompts,
             prompt_lengths,
@@ -125,15 +132,22 @@ class SpeculativeSteps:
         t_state, d_state = s.model_states
         active = ~s.seq.done  # [batch]
         key = jax.random.fold_in(s.key, s.step)
-        proposal = self.drafter.propose(draft_params, d_state, s.seq, key, self.lookahead)
-        logits, t_state = self.score(target_params, t_state, s.seq, proposal, active)
+        features = reads_features(self.drafter)
+        proposal = self.drafter.propose(
+            params if features else draft_params, d_state, s.seq, key, self.lookahead
+        )
+        scored = self.score(target_params, t_state, s.seq, proposal, active, features=features)
+        logits, t_state = scored[:2]  # logits [batch, width, vocab]
         p = self.warper.probs(logits)  # [batch, width, vocab]
         out, n, path = self.verify(jax.random.fold_in(key, self.lookahead), proposal, p)
 
         old_len = s.seq.lengths
         seq, count = emit(s.seq, out, n + 1, s.eos_id, s.max_new_tokens)
         t_state = self.commit_target(t_state, old_len, n, path, active)
-        d_state = self.drafter.commit(proposal.state, Verdict(old_len, n, active, path))
+        next_token = jnp.take_along_axis(out, n[:, None], axis=1)[:, 0]  # [batch]
+        hidden = self.accepted_features(scored[2], path) if features else None
+        verdict = Verdict(old_len, n, active, path, next_token, hidden)
+        d_state = self.drafter.commit(proposal.state, verdict)
         s = s.replace(
             step=s.step + 1,
             seq=seq,
@@ -232,7 +246,9 @@ class SpeculativeDecoder(SpeculativeSteps):
     Attributes:
       target: the model whose distribution the output follows exactly.
       draft: any model with the same vocabulary (drafted from by a `ModelDrafter` with this
-        decoder's warper), or a `Drafter` (e.g. `LookupDrafter`, another speculative decoder).
+        decoder's warper), a feature head (`EagleHead`: drafted from by an `EagleDrafter` with this
+        decoder's warper), or a `Drafter`
+        (e.g. `LookupDrafter`, another speculative decoder).
       gamma: drafted tokens per iteration (static, >= 1).
       warper: applied to both models' logits (temperature 0 = greedy).
       cache_len: positions per row in caches and the output buffer. None (the default): the
@@ -268,7 +284,7 @@ class SpeculativeDecoder(SpeculativeSteps):
     verify_widths: Any = "static"
 
     def __post_init__(self):
-        if is_drafter(self.draft):
+        if is_drafter(self.draft) or head_drafter(self.draft, self.warper) is not None:
             check_vocab(self.target, self.draft)
         else:
             check_pair(self.target, self.draft)
@@ -276,7 +292,7 @@ class SpeculativeDecoder(SpeculativeSteps):
             what = "gamma" if self.gamma_policy is None else "gamma (gamma_max of gamma_policy)"
             raise ValueError(f"{what} must be an integer >= 1, got {self.gamma!r}")
         if self.gamma_policy is not None:
-            if is_drafter(self.draft):
+            if is_drafter(self.draft) or head_drafter(self.draft, self.warper) is not None:
                 raise ValueError(
                     "gamma_policy needs a model draft (it drafts with an AdaptiveDrafter); "
                     f"got the drafter {self.draft!r}"
@@ -297,6 +313,7 @@ class SpeculativeDecoder(SpeculativeSteps):
                 stacklevel=3,
             )
         _ = self.widths  # validates verify_widths
+        check_feature_target(self.target, self.drafter)
         loop.resolve_cache_len(self)
 
     @property
@@ -325,6 +342,9 @@ class SpeculativeDecoder(SpeculativeSteps):
         """The proposer: `draft` itself if it is a Drafter, else a ModelDrafter around it."""
         if is_drafter(self.draft):
             return self.draft
+        head = head_drafter(self.draft, self.warper)  # a feature head: the decoder's warper
+        if head is not None:
+            return head
         if self.gamma_policy is not None:
             return AdaptiveDrafter(
                 self.draft, self.warper, self.gamma_policy, self.gamma, self.unroll_draft
@@ -341,9 +361,14 @@ class SpeculativeDecoder(SpeculativeSteps):
 
     # -- the step's seams (see SpeculativeSteps) ---------------------------------------------
 
-    def score(self, target_params, t_state, seq, proposal, active):
-        """The target's logits [batch, gamma + 1, vocab] at [last, d_1..d_gamma]."""
+    def score(self, target_params, t_state, seq, proposal, active, features: bool = False):
+        """The target's logits [batch, gamma + 1, vocab] at [last, d_1..d_gamma] and its state;
+        with `features`, also its hidden states there [batch, gamma + 1, embed]."""
         verify_in = jnp.concatenate([last_tokens(seq, 1), proposal.tokens], axis=1)
+        if features:
+            num_new = jnp.where(active, self.gamma + 1, 0).astype(jnp.int32)
+            out = self.target.forward(target_params, t_state, verify_in, num_new)
+            return out.logits, out.state, out.hidden
         if len(self.widths) > 1 and proposal.num_drafted is not None:
             return score_to_longest(
                 self.target,
@@ -363,6 +388,12 @@ class SpeculativeDecoder(SpeculativeSteps):
             key, proposal.tokens, proposal.probs, p, fill_value=0, num_drafted=proposal.num_drafted
         )
         return out, n, None
+
+    @staticmethod
+    def accepted_features(hidden, path):
+        """The chain's hidden states [batch, gamma + 1, embed] are already in path order."""
+        del path
+        return hidden
 
     @staticmethod
     def commit_target(t_state, old_len, n, path, active):

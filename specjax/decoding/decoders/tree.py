@@ -22,11 +22,14 @@ import numpy as np
 from specjax.decoding import loop
 from specjax.decoding.decoders.speculative import SpeculativeSteps
 from specjax.decoding.drafters.base import is_drafter
+from specjax.decoding.drafters.eagle import check_feature_target
 from specjax.decoding.rules.tree import tree_accept
 from specjax.decoding.sampling import Warper
 from specjax.decoding.state import last_tokens
 from specjax.decoding.trees.drafter import CHILDREN_MODES, TreeDrafter
+from specjax.decoding.trees.eagle import EagleTreeDrafter
 from specjax.decoding.trees.topology import TokenTree, tree_inputs
+from specjax.models.eagle_head import EagleHead
 from specjax.models.interface import check_pair, check_vocab
 from specjax.models.kv_cache import rollback
 
@@ -37,8 +40,9 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
 
     Attributes:
       target: the model whose distribution the output follows exactly.
-      draft: a model (drafted level by level by a `TreeDrafter`) or a tree drafter (an object
-        with the Drafter methods and this decoder's `tree`, e.g. `LookupTreeDrafter`).
+      draft: a model (drafted level by level by a `TreeDrafter`), a feature head (`EagleHead`,
+        drafted by an `EagleTreeDrafter`) or a tree drafter (an object with the Drafter methods
+        and this decoder's `tree`, e.g. `LookupTreeDrafter`).
       tree: the static topology (`TokenTree`; a chain is `TokenTree.chain(gamma)`).
       warper: applied to both models' logits (temperature 0 = greedy).
       replacement: sampled siblings are independent (True, SpecInfer) or drawn without
@@ -65,7 +69,9 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
             raise TypeError(
                 f"tree must be a TokenTree (TokenTree.from_branching(...)); got {self.tree!r}"
             )
-        if is_drafter(self.draft):
+        if isinstance(self.draft, EagleHead):
+            check_vocab(self.target, self.draft)
+        elif is_drafter(self.draft):
             check_vocab(self.target, self.draft)
             if getattr(self.draft, "tree", None) != self.tree:
                 raise ValueError(
@@ -83,6 +89,7 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
             raise TypeError(f"replacement must be True or False; got {self.replacement!r}")
         if self.children not in CHILDREN_MODES:
             raise ValueError(f"children must be one of {CHILDREN_MODES}; got {self.children!r}")
+        check_feature_target(self.target, self.drafter)
         loop.resolve_cache_len(self)
 
     @property
@@ -90,6 +97,10 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
         """The proposer: `draft` if it is a drafter, else a TreeDrafter around the model."""
         if is_drafter(self.draft):
             return self.draft
+        if isinstance(self.draft, EagleHead):  # a feature head, with this decoder's warper
+            return EagleTreeDrafter(
+                self.draft, self.warper, self.tree, self.replacement, self.children
+            )
         return TreeDrafter(self.draft, self.warper, self.tree, self.replacement, self.children)
 
     @property
@@ -107,16 +118,29 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
 
     # -- the step's seams (see SpeculativeSteps) ---------------------------------------------
 
-    def score(self, target_params, t_state, seq, proposal, active):
-        """The target's logits [batch, N, vocab] at every node of the tree."""
+    def score(self, target_params, t_state, seq, proposal, active, features: bool = False):
+        """The target's logits [batch, N, vocab] at every node of the tree and its state; with
+        `features`, also its hidden states at every node [batch, N, embed]."""
         tree = self.tree
         nodes = jnp.concatenate([last_tokens(seq, 1), proposal.tokens], axis=1)  # [batch, N]
         starts = t_state.lengths  # [batch] = L - 1: the root's slot
         positions, mask = tree_inputs(tree, starts, self.cache_len)
         num_new = jnp.where(active, tree.num_nodes, 0).astype(jnp.int32)
+        if features:
+            out = self.target.forward(
+                target_params, t_state, nodes, num_new, positions=positions, mask=mask
+            )
+            return out.logits, out.state, out.hidden
         return self.target.apply(
             target_params, t_state, nodes, num_new, positions=positions, mask=mask
         )
+
+    @staticmethod
+    def accepted_features(hidden, path):
+        """Hidden states along the accepted path: [batch, N, embed] -> [batch, depth + 1, embed]
+        (entries past num_accepted come from node 0 and are not valid)."""
+        index = jnp.maximum(path, 0)[:, :, None]  # [batch, depth + 1, 1]
+        return jnp.take_along_axis(hidden, index, axis=1)
 
     def verify(self, key, proposal, p):
         """(tokens [batch, depth + 1], num_accepted [batch], path [batch, depth + 1])."""

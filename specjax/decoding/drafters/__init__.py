@@ -2,8 +2,9 @@
 
 `base.py` is the protocol (`Drafter`, `Proposal`, `Verdict`, `NoState`); each other file is one
 drafter: `model.py` (`ModelDrafter`), `lookup.py` (`LookupDrafter`), `adaptive.py`
-(`AdaptiveDrafter`, per-row γ chosen by a policy of `gamma_policy.py`) and `hierarchical.py`
-(`SpeculativeDrafter`, a speculative decoder as the draft of another). A new drafter is one new
-file here, implementing `base.Drafter`; token-tree drafters live in `specjax/decoding/trees/`.
-Callers import from `specjax.decoding`.
+(`AdaptiveDrafter`, per-row γ chosen by a policy of `gamma_policy.py`), `hierarchical.py`
+(`SpeculativeDrafter`, a speculative decoder as the draft of another) and `eagle.py`
+(`EagleDrafter`, an EAGLE-1 feature head that reads the target's hidden states). A new
+drafter is one new file here, implementing `base.Drafter`; token-tree drafters live in
+`specjax/decoding/trees/`. Callers import from `specjax.decoding`.
 """

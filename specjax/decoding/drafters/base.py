@@ -16,6 +16,32 @@ bonus token, which the drafter has never seen. A drafter catches up from `seq` a
 `propose` (that is how the pending-token invariant of `ModelDrafter` works), so `commit` only
 has to say how much of what it proposed survived (`Verdict`).
 
+Contracts every drafter keeps (they used to live in comments where each drafter relied on them):
+  * The emitted token. An iteration emits the n accepted drafts and then one token the drafter
+    did not propose: the correction drawn from the residual, or the bonus token after a full
+    acceptance. `Verdict.num_accepted` is n and `Verdict.next_token` is that token, so a drafter
+    knows exactly what it has not seen (n + 1 new tokens, the last of them `next_token`), rather
+    than rediscovering "one or two pending tokens" from lengths.
+  * Key reservation. `propose(..., key, gamma)` may use `fold_in(key, i)` for 0 <= i < gamma
+    (a tree drafter: i < its lookahead); the verifier takes `fold_in(key, lookahead)`, so the
+    draft's draws and the verifier's are independent.
+
+Drafters that read the target's features (EAGLE-style heads) opt in with a class attribute
+`reads_features = True` (`reads_features(drafter)`), the way `variable_length` declares ragged
+proposals. For such a drafter the decoder
+  * scores the target through `forward`, so it has the hidden states, and passes them on:
+    `Verdict.features` [batch, lookahead + 1, embed] holds the target's hidden state after each
+    scored token along the accepted path (the pending token, then the accepted drafts: entry j is
+    valid for j <= num_accepted; for trees, gathered along `Verdict.path`); the correction/bonus
+    token (`next_token`) has no hidden state yet;
+  * calls `init(params, prompts, prompt_lengths, cache_len, features)` with the prompt's hidden
+    states, features [batch, P, embed] (valid for the first prompt_lengths - 1 positions: the
+    tokens the target's prefill fed);
+  * passes `params = (target_params, draft_params)` to `init` and `propose`, since a head reuses
+    the target's embedding and output layer. The draft slot of `generate` still takes only the
+    drafter's own params, and `model` describes only those.
+Drafters that do not opt in compile exactly as before (the target is scored through `apply`).
+
 Two future proposers checked against this protocol on paper before it was settled:
   * A speculative decoder as the draft of another (hierarchical speculation): `init` prefills the
     middle and small models into an inner `LoopState`; `propose` copies `seq` into the inner
@@ -88,12 +114,20 @@ class Verdict:
       num_accepted: int32 [batch] proposed tokens kept (the sequence grew by num_accepted + 1).
       active: bool [batch] rows that were decoding (others must not change).
       path: int32 [batch, depth + 1] accepted tree nodes (node 0 the root), or None for chains.
+      next_token: int32 [batch] the emitted token the drafter did not propose (the correction or
+        the bonus token, at index num_accepted of what the step emitted), or None where a decoder
+        does not say.
+      features: [batch, depth + 1, embed] the target's hidden state after the pending token and
+        after each accepted draft (entry j valid for j <= num_accepted), for drafters that read
+        the target's features; None otherwise.
     """
 
     lengths_before: jax.Array
     num_accepted: jax.Array
     active: jax.Array
     path: jax.Array | None = None
+    next_token: jax.Array | None = None
+    features: jax.Array | None = None
 
 
 class Drafter(Protocol):
@@ -110,6 +144,11 @@ class Drafter(Protocol):
     def propose(self, params, state, seq: Sequences, key, gamma: int) -> Proposal: ...
 
     def commit(self, state, verdict: Verdict) -> Any: ...
+
+
+def reads_features(drafter) -> bool:
+    """True for drafters that opted in to the target's features (`reads_features = True`)."""
+    return bool(getattr(drafter, "reads_features", False))
 
 
 def is_drafter(obj) -> bool:

@@ -1,11 +1,11 @@
 """Token trees: the topology, the drafters that propose trees, and the search for a good tree.
 
 `topology.py` is the static tree (`TokenTree`), the positions and mask that score its nodes in
-one target call (`tree_inputs`) and how children are drawn (`draw_children`); `drafter.py`
-drafts a tree with a model (`TreeDrafter`), `lookup.py` with prompt lookup
-(`LookupTreeDrafter`), and `search.py` finds Sequoia's optimal tree for a measured
-acceptance-by-rank vector (`optimal_tree`, `hardware_aware_tree`). The tree's acceptance rule
-is `specjax/decoding/rules/tree.py` (`tree_accept`) and its decoder
-`specjax/decoding/decoders/tree.py` (`TreeSpeculativeDecoder`). Callers import from
-`specjax.decoding`.
+one target call (`tree_inputs`) and how children are drawn (`draw_children`). Drafters:
+`drafter.py` drafts a tree with a model (`TreeDrafter`), `eagle.py` with an EAGLE-1 feature
+head (`EagleTreeDrafter`), `lookup.py` with prompt lookup (`LookupTreeDrafter`). `search.py`
+finds Sequoia's optimal tree for a measured acceptance-by-rank vector (`optimal_tree`,
+`hardware_aware_tree`). The tree's acceptance rule is `specjax/decoding/rules/tree.py`
+(`tree_accept`) and its decoder `specjax/decoding/decoders/tree.py` (`TreeSpeculativeDecoder`).
+Callers import from `specjax.decoding`.
 """

@@ -1,0 +1,1 @@
+"""Feature heads (EAGLE style) trained for a target: data, training, evaluation."""

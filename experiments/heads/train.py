@@ -1,0 +1,79 @@
+"""Heads mode (`configs/heads.py`): build the feature data, train the head, report.
+
+`run(config, workdir)` loads the target, builds (or loads the cached) self-distillation data and
+trains the head with `specjax.training.head_run.train_head`, which resumes from `workdir`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import numpy as np
+from absl import logging
+
+from specjax.models import EagleHead, TransformerConfig, TransformerLM
+from specjax.training.features import FeatureData, generate_replies, score_features
+from specjax.training.head_run import train_head
+
+HEADS = ("eagle1",)
+
+
+def tiny_target(vocab: int = 29, seed: int = 0):
+    """A random two-layer Llama-shaped target (tests, the `tiny` preset): (model, params)."""
+    cfg = TransformerConfig(
+        vocab_size=vocab, num_layers=2, num_heads=2, num_kv_heads=1, embed_dim=32, mlp_dim=64,
+        max_len=128, norm="rmsnorm", positions="rope", mlp="swiglu", tie_embeddings=True,
+    )  # fmt: skip
+    model = TransformerLM(cfg)
+    params = model.init_params(jax.random.PRNGKey(seed))
+    # Logits larger than the 0.02 init gives, so the target's law is far from uniform.
+    return model, jax.tree.map(lambda x: x * 8.0 if x.ndim == 2 else x, params)
+
+
+def _tiny_data(model, params, config) -> FeatureData:
+    """Replies of the tiny target to random token prompts, with their features (not cached)."""
+    rng = np.random.default_rng(config.data.seed)
+    vocab = model.vocab_size
+    sizes = rng.integers(2, 8, size=config.data.num_prompts)
+    prompts = [rng.integers(1, vocab, size=int(n)) for n in sizes]
+    seqs = generate_replies(
+        model, params, prompts, max_new_tokens=config.data.max_new_tokens, temperature=1.0,
+        seed=config.data.seed, eos_id=None, batch_size=config.data.batch_size, cache_len=64,
+    )  # fmt: skip
+    feats = score_features(model, params, seqs)
+    meta = {"fingerprint": f"tiny-{config.data.seed}-{config.data.num_prompts}"}
+    return FeatureData.build(seqs, [len(p) for p in prompts], feats, meta)
+
+
+def load_target(name: str):
+    """(model, params, tokenizer or None) of `config.target`."""
+    if name == "tiny-random":
+        return (*tiny_target(), None)
+    from specjax.pretrained import load_pretrained
+
+    return load_pretrained(name, "target")
+
+
+def run(config, workdir: str) -> dict:
+    """Trains the configured head; returns the run's summary (also in workdir/summary.json)."""
+    if config.head not in HEADS:
+        raise ValueError(f"config.head must be one of {HEADS}, got {config.head!r}")
+    model, params, tokenizer = load_target(config.target)
+    if tokenizer is None:
+        data = _tiny_data(model, params, config)
+    else:
+        from experiments.heads.data import feature_data
+
+        data = feature_data(
+            model, params, tokenizer, num_prompts=config.data.num_prompts,
+            max_new_tokens=config.data.max_new_tokens,
+            temperatures=tuple(config.data.temperatures), seed=config.data.seed,
+            batch_size=config.data.batch_size, log=logging.info,
+        )  # fmt: skip
+    head = EagleHead(model)
+    _, summary = train_head(head, params, data, workdir, log=logging.info, **dict(config.train))
+    print(json.dumps({k: summary[k] for k in ("steps", "train_seconds", "final")}, indent=1))
+    logging.info("head run in %s", os.path.abspath(workdir))
+    return summary

@@ -1,0 +1,106 @@
+"""`EagleTreeDrafter`: a static token tree drafted by an EAGLE-1 head, one head call per depth.
+
+The head's bookkeeping is the chain drafter's (`drafters/eagle.py`): it first catches up on the
+true pairs (the target's features along the last accepted path), which gives the predicted
+feature after the root and so q at the root. Then, level by level as `TreeDrafter` does for a
+model, every node of depth d is fed as the pair (its parent's predicted feature, its token),
+written at head slot r + node (r the slot of the root's pair) with position r + depth and the
+tree's ancestor mask (`tree_inputs`), which gives each node's predicted feature and the q of
+its children. Children are drawn as `TreeDrafter` draws them (sampled with or without
+replacement with the parent's q, or the head's top-k as point masses at t = 0).
+
+`commit` is the chain's: the tree's pairs were made on predicted features, so the head keeps
+only its true pairs and the next `propose` catches up on the accepted path's real features
+(`Verdict.features`, gathered along the path by the tree decoder).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.decoding.drafters.base import Proposal
+from specjax.decoding.drafters.eagle import EagleDrafter
+from specjax.decoding.state import Sequences
+from specjax.decoding.trees.drafter import CHILDREN_MODES, TreeDrafter
+from specjax.decoding.trees.topology import TokenTree, tree_inputs
+from specjax.models.kv_cache import rollback
+
+
+@dataclasses.dataclass(frozen=True)
+class EagleTreeDrafter(EagleDrafter):
+    """Drafts `tree` with an `EagleHead` (see the module docstring).
+
+    Attributes:
+      head, warper: as `EagleDrafter`'s.
+      tree: the static topology.
+      replacement: sampled siblings independent (True) or without replacement (False).
+      children: "sample", "top_k" or "auto" (top_k when the warper is greedy), as TreeDrafter's.
+    """
+
+    tree: TokenTree = None
+    replacement: bool = True
+    children: str = "auto"
+
+    def __post_init__(self):
+        if not isinstance(self.tree, TokenTree):
+            raise TypeError(f"tree must be a TokenTree; got {self.tree!r}")
+        if self.tree.max_depth < 1:
+            raise ValueError("tree must have at least one node below the root")
+        if self.children not in CHILDREN_MODES:
+            raise ValueError(f"children must be one of {CHILDREN_MODES}; got {self.children!r}")
+
+    @property
+    def deterministic(self) -> bool:
+        """True when children are the head's top-k (point masses)."""
+        return self.children == "top_k" or (self.children == "auto" and self.warper.is_greedy)
+
+    def propose(self, params, state, seq: Sequences, key, gamma: int) -> Proposal:
+        """Drafts nodes 1..N-1: tokens [batch, N - 1], probs [batch, N - 1, vocab] or None."""
+        tree = self.tree
+        if gamma != tree.num_nodes - 1:
+            raise ValueError(
+                f"an EagleTreeDrafter proposes num_nodes - 1 = {tree.num_nodes - 1} tokens; "
+                f"got gamma={gamma}"
+            )
+        target_params, head_params = params
+        active = ~seq.done  # [batch]
+        cache, f_root, root = self.catch_up(params, state, seq, tree.max_depth + 1)
+        max_len = cache.max_len
+        parents, ranks = np.asarray(tree.parents), np.asarray(tree.ranks)
+        batch = seq.lengths.shape[0]
+        feats = f_root[:, None]  # [batch, n_d, embed] predicted features of level d's nodes
+        tokens = [jnp.zeros((batch, 1), jnp.int32)]
+        probs = [jnp.zeros((batch, 1, self.vocab_size), jnp.float32)]
+        for d in range(tree.max_depth):
+            first, _ = tree.levels[d]
+            lo, hi = tree.levels[d + 1]
+            num = int(max(len(tree.children[i]) for i in range(*tree.levels[d])))
+            logits = self.head.logits(target_params, feats)  # [batch, n_d, vocab]
+            draws, q = TreeDrafter._draw(self, jax.random.fold_in(key, d), logits, num)
+            parent = parents[lo:hi] - first  # [n_{d+1}] parent's index within level d
+            level_tokens = draws[:, parent, ranks[lo:hi]]  # [batch, n_{d+1}]
+            tokens.append(level_tokens)
+            if q is not None:
+                probs.append(q[:, parent])
+            if d + 1 < tree.max_depth:  # feed the level: each node's predicted feature
+                positions, mask = tree_inputs(tree, root, max_len, nodes=range(lo, hi))
+                embeds = self.head.target.embed(target_params, level_tokens)
+                at = jnp.where(active, root + lo, cache.lengths)
+                feats, cache = self.head.forward_features(
+                    head_params,
+                    rollback(cache, at),
+                    feats[:, parent],
+                    embeds,
+                    jnp.where(active, hi - lo, 0).astype(jnp.int32),
+                    positions=positions,
+                    mask=mask,
+                )
+        node_tokens = jnp.concatenate(tokens, axis=1)[:, 1:]  # [batch, N - 1]
+        node_probs = None if self.deterministic else jnp.concatenate(probs, axis=1)[:, 1:]
+        return Proposal(
+            node_tokens, node_probs, None, state.replace(cache=cache), calls=tree.max_depth
+        )

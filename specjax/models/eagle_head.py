@@ -1,0 +1,141 @@
+"""`EagleHead`: an EAGLE-1 feature head, a one-block transformer predicting the target's features.
+
+EAGLE (Li et al. 2024) drafts at the feature level. At position t the head reads the target's
+final hidden state f_t and the embedding of the next token x_{t+1} (the target's own table),
+fuses them, fc(concat(embed(x_{t+1}), f_t)) (2H -> H, with bias), runs one decoder block of the
+target's family over its own KV cache, and outputs a predicted f_{t+1}. The target's frozen
+output layer turns that into q(x_{t+2}). Drafting continues on the head's own predictions:
+(f^_{t+1}, x_{t+2}) -> f^_{t+2} -> ...
+
+The head is a model in the `models/interface.py` sense only partly: it is fed (features, token
+embeddings) rather than tokens, so it has `forward_features` instead of `apply`. Its drafter is
+`decoding/drafters/eagle.py`'s `EagleDrafter`; its training is `training/eagle.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from specjax.models.config import TransformerConfig
+from specjax.models.interface import causal_mask, chain_positions
+from specjax.models.kv_cache import KVCache, init_kv_cache
+from specjax.models.transformer import Block
+
+
+class EagleHeadModule(nn.Module):
+    """fc(concat(embed, feature)) -> one decoder block -> predicted next feature."""
+
+    config: TransformerConfig  # the head's: the target's block shape, one layer, "xla" layout
+
+    @nn.compact
+    def __call__(self, features, embeds, num_new, cache: KVCache, positions=None, mask=None):
+        """Feeds T (feature, next-token embedding) pairs per row.
+
+        Args:
+          features: [batch, T, embed] the target's (or the head's predicted) features f_t.
+          embeds: [batch, T, embed] embeddings of the tokens x_{t+1}.
+          num_new: int32 [batch] real pairs per row (the rest padding).
+          cache: the head's KVCache (one layer); pairs are written from cache.lengths on.
+          positions: int32 [batch, T]; None: a chain's.
+          mask: bool [batch, T, max_len]; None: causal.
+
+        Returns:
+          (predicted features f^_{t+1} [batch, T, embed], advanced cache).
+        """
+        cfg = self.config
+        starts = cache.lengths
+        if positions is None:
+            positions = chain_positions(starts, features.shape[1])
+        if mask is None:
+            mask = causal_mask(positions, cache.max_len)
+        x = jnp.concatenate([embeds, features], axis=-1).astype(cfg.compute_dtype)
+        x = nn.Dense(
+            cfg.embed_dim,
+            use_bias=True,
+            dtype=cfg.compute_dtype,
+            param_dtype=cfg.weights_dtype,
+            kernel_init=nn.initializers.normal(0.02),
+            name="fc",
+        )(x)  # [batch, T, embed]
+        if cfg.positions == "learned":
+            table = self.param(
+                "pos_embed", nn.initializers.normal(0.01), (cfg.max_len, cfg.embed_dim),
+                cfg.weights_dtype,
+            )  # fmt: skip
+            x = x + jnp.take(table, jnp.minimum(positions, cfg.max_len - 1), axis=0).astype(x.dtype)
+        x, k, v = Block(cfg, name="block_0")(
+            x, positions, mask, cache.keys[0], cache.values[0], starts
+        )
+        new_cache = KVCache((k,), (v,), starts + num_new.astype(jnp.int32))
+        return x, new_cache
+
+
+@dataclasses.dataclass(frozen=True)
+class EagleHead:
+    """An EAGLE-1 head for `target` (hashable: a static jit argument).
+
+    Attributes:
+      target: the target model (a `TransformerLM`: its `embed`/`unembed` are shared, frozen).
+      config: the head's config; None (the default): the target's block shape with one layer,
+        in the "xla" layout (trainable: the packed layout is an inference format).
+    """
+
+    target: object
+    config: TransformerConfig | None = None
+
+    def __post_init__(self):
+        tcfg = getattr(self.target, "config", None)
+        if tcfg is None or not hasattr(self.target, "unembed"):
+            raise TypeError(
+                f"target must be a specjax transformer (TransformerLM, with embed/unembed); got "
+                f"{self.target!r}"
+            )
+        if self.config is None:
+            object.__setattr__(self, "config", tcfg.replace(num_layers=1, matmul="xla"))
+        if self.config.embed_dim != tcfg.embed_dim:
+            raise ValueError(
+                f"config.embed_dim={self.config.embed_dim} must equal the target's embed_dim="
+                f"{tcfg.embed_dim} (the head predicts the target's features)"
+            )
+
+    @property
+    def vocab_size(self) -> int:
+        return self.target.vocab_size
+
+    @property
+    def embed_dim(self) -> int:
+        return self.config.embed_dim
+
+    @property
+    def module(self) -> EagleHeadModule:
+        return EagleHeadModule(self.config)
+
+    def init_state(self, batch: int, max_len: int) -> KVCache:
+        """An empty one-layer KV cache of `max_len` pairs per row."""
+        cfg = self.config
+        return init_kv_cache(1, batch, max_len, cfg.num_kv_heads, cfg.head_dim, cfg.compute_dtype)
+
+    def init_params(self, key: jax.Array) -> dict:
+        """Random head parameters (fc, block_0; the target's embedding and head are not here)."""
+        h = self.embed_dim
+        feats = jnp.zeros((1, 1, h), self.config.compute_dtype)
+        variables = self.module.init(
+            key, feats, feats, jnp.ones((1,), jnp.int32), self.init_state(1, 8)
+        )
+        return nn.meta.unbox(variables["params"])
+
+    def forward_features(
+        self, params, state, features, embeds, num_new, *, positions=None, mask=None
+    ):
+        """(predicted features [batch, T, embed], new state); see `EagleHeadModule`."""
+        return self.module.apply(
+            {"params": params}, features, embeds, num_new, state, positions, mask
+        )
+
+    def logits(self, target_params, features) -> jax.Array:
+        """float32 [..., vocab]: the target's output layer on (predicted) features."""
+        return self.target.unembed(target_params, features)

@@ -1,0 +1,162 @@
+"""A resumable training run of a feature head: `train_head(...)` and `load_head_params(...)`.
+
+The run's guarantees are the zoo loop's (`training/loop.py`):
+- resumption: each start restores the newest good checkpoint in `<workdir>/checkpoints` and
+  continues at its step; batches are a pure function of (seed, step) and the noise key of
+  (seed, step), so a run killed and restarted ends bit-identical to an uninterrupted one;
+- little lost work: a checkpoint every `checkpoint_every` steps; SIGTERM/SIGINT save the current
+  step and stop; SIGKILL loses at most the steps since the last checkpoint;
+- a checkpoint of another configuration or other data is refused, naming what differs; a
+  damaged checkpoint is moved aside (`Checkpointer.restore_latest`) or named in the error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+
+from specjax import checkpoint as ckpt_lib
+from specjax.training.eagle import HeadBatches, frequent_tokens, make_head_step, output_columns
+from specjax.training.optim import make_optimizer
+from specjax.training.signals import StopRequest
+
+CHECKPOINTS = "checkpoints"
+
+
+def _check_same_run(saved: dict, current: dict, path: str) -> None:
+    """ValueError naming every setting where a checkpoint's run differs from this one."""
+    diffs = [
+        f"{k}: {saved.get(k, '<absent>')!r} in the checkpoint, {current.get(k, '<absent>')!r} now"
+        for k in sorted(set(saved) | set(current))
+        if saved.get(k) != current.get(k)
+    ]
+    if diffs:
+        raise ValueError(
+            f"checkpoint {path} was written by a different head run:\n  "
+            + "\n  ".join(diffs)
+            + "\nUse another workdir, or the old settings to resume."
+        )
+
+
+def _optimizer(settings: dict):
+    return make_optimizer(
+        settings["num_steps"],
+        peak_lr=settings["learning_rate"],
+        warmup_steps=settings["warmup_steps"],
+        weight_decay=0.0,
+        clip_norm=0.5,
+    )
+
+
+def train_head(head, target_params, data, workdir: str, *, log=print, stop_after=None, **settings):
+    """Trains `head` on `data` (a `FeatureData`) into `workdir`, resuming if it can.
+
+    Args:
+      head: an `EagleHead`.
+      target_params: the target's params (frozen).
+      data: the feature data.
+      workdir: run directory (checkpoints, metrics.jsonl, summary.json).
+      log: callable(str) for progress lines.
+      stop_after: stop (after checkpointing) once this step is reached, as a preempted run
+        would; None: run to num_steps.
+      **settings: num_steps, batch_size, seq_len, learning_rate, warmup_steps, seed,
+        checkpoint_every, noise, ce_weight, reply_only, ce_vocab (0: the cross-entropy over
+        the full vocabulary; N: over the data's N most frequent tokens, `eagle.eagle_loss`).
+
+    Returns:
+      (head params, summary dict with the final metrics and training seconds).
+    """
+    defaults = dict(
+        num_steps=1000, batch_size=8, seq_len=256, learning_rate=1e-3, warmup_steps=50,
+        seed=0, checkpoint_every=100, noise=0.2, ce_weight=0.1, reply_only=False, ce_vocab=0,
+    )  # fmt: skip
+    unknown = set(settings) - set(defaults)
+    if unknown:
+        raise ValueError(f"unknown settings {sorted(unknown)}; known: {sorted(defaults)}")
+    cfg = dict(defaults, **settings)
+    if cfg["num_steps"] < 1 or cfg["checkpoint_every"] < 1:
+        raise ValueError("num_steps and checkpoint_every must be >= 1")
+    run_config = dict(cfg, head=str(head.config), data=data.meta.get("fingerprint", "?"))
+    tx = _optimizer(cfg)
+    batches = HeadBatches(data, cfg["batch_size"], cfg["seq_len"], cfg["seed"], cfg["reply_only"])
+    step_fn = jax.jit(
+        make_head_step(head, tx, noise=cfg["noise"], ce_weight=cfg["ce_weight"]),
+        donate_argnums=(0, 1),
+    )
+    key = jax.random.PRNGKey(cfg["seed"])
+    columns = None
+    if cfg["ce_vocab"]:
+        columns = output_columns(head, target_params, frequent_tokens(data, cfg["ce_vocab"]))
+    os.makedirs(workdir, exist_ok=True)
+    checkpointer = ckpt_lib.Checkpointer(os.path.join(workdir, CHECKPOINTS), keep=2)
+    abstract = jax.eval_shape(head.init_params, key)
+    restored = checkpointer.restore_latest(abstract, jax.eval_shape(tx.init, abstract))
+    if restored is None:
+        params = head.init_params(jax.random.fold_in(key, 1 << 20))
+        opt_state, step, seconds_before = tx.init(params), 0, 0.0
+    else:
+        step, params, opt_state, meta = restored
+        _check_same_run(meta["config"], run_config, checkpointer.step_path(step))
+        seconds_before = float(meta.get("train_seconds", 0.0))
+        log(f"resuming from {checkpointer.step_path(step)} (step {step})")
+    metrics_path = os.path.join(workdir, "metrics.jsonl")
+    start = time.perf_counter()
+
+    def save(at):
+        seconds = seconds_before + time.perf_counter() - start
+        meta = {"config": run_config, "train_seconds": seconds, "next_step": at}
+        checkpointer.save(at, params, opt_state, meta)
+
+    metrics = {}
+    with StopRequest() as stop:
+        while step < cfg["num_steps"]:
+            batch = jax.tree.map(jnp.asarray, batches.batch_at(step))
+            params, opt_state, metrics = step_fn(
+                params, opt_state, step, batch, target_params, key, columns
+            )
+            step += 1
+            if step % 10 == 0 or step == cfg["num_steps"]:
+                record = {k: round(float(v), 5) for k, v in metrics.items()}
+                record["step"] = step
+                with open(metrics_path, "a") as f:
+                    f.write(json.dumps(record) + "\n")
+                log(f"step {step}/{cfg['num_steps']} {record}")
+            halt = stop.signal is not None or (stop_after is not None and step >= stop_after)
+            if step % cfg["checkpoint_every"] == 0 or step == cfg["num_steps"] or halt:
+                save(step)
+            if halt:
+                break
+    checkpointer.close()
+    summary = {
+        "steps": step,
+        "train_seconds": round(seconds_before + time.perf_counter() - start, 1),
+        "data": data.meta,
+        "final": {k: float(v) for k, v in metrics.items()},
+        "config": run_config,
+    }
+    if step >= cfg["num_steps"]:
+        with open(os.path.join(workdir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=1)
+    return params, summary
+
+
+def load_head_params(workdir: str, head):
+    """The newest good head params of a run directory (checked against their checksums)."""
+    directory = os.path.join(workdir, CHECKPOINTS)
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"no head checkpoints in {workdir!r} (expected {directory})")
+    checkpointer = ckpt_lib.Checkpointer(directory, keep=2, async_save=False)
+    key = jax.random.PRNGKey(0)
+    abstract = jax.eval_shape(head.init_params, key)
+    with open(os.path.join(directory, str(checkpointer.latest_step()), "meta", "metadata")) as f:
+        settings = json.load(f)["config"]
+    tx = _optimizer(settings)
+    restored = checkpointer.restore_latest(abstract, jax.eval_shape(tx.init, abstract))
+    checkpointer.close()
+    if restored is None:
+        raise FileNotFoundError(f"no head checkpoints in {directory!r}")
+    return restored[1]
