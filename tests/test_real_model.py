@@ -6,9 +6,10 @@ logit gap at every position, and reference tokenizer ids on a mixed corpus. spec
 the same ids, and the same greedy tokens up to each prompt's first near-tie (gap below 1e-3 of
 the largest |logit|), so that a near-tie broken differently by another XLA build cannot fail.
 
-Exactly two programs of the 30-layer model are compiled: one autoregressive and one speculative
-(prompt lookup, greedy, which must equal autoregressive token for token), each decoding all
-prompts as one batch of 64 new tokens. The model is fetched once (cached) and loaded once per
+Exactly three programs of the 30-layer model are compiled: one autoregressive and two
+speculative (prompt lookup, and an untrained EAGLE-1 head reading the target's features; greedy,
+so each must equal autoregressive token for token), each decoding all prompts as one batch of 64
+new tokens. The model is fetched once (cached) and loaded once per
 session (`smollm2` in conftest.py). `tests/test_real_model_hf.py` (slow, needs torch) compares
 with transformers live: logits, cached decoding, the tokenizer and the negative control.
 """
@@ -101,6 +102,26 @@ def test_prompt_lookup_speculative_equals_autoregressive(smollm2, reference, ar_
         np.testing.assert_array_equal(out.new_tokens[b], ar.new_tokens[b])
     assert out.text == ar.text
     assert out.stats["tokens_per_iteration"] > 1.0  # lookups were accepted, not only bonus tokens
+
+
+def test_eagle_head_speculative_equals_autoregressive(smollm2, reference, ar_run):
+    """The feature seam on the real target (its packed layout and CPU kernels): an untrained
+    EAGLE-1 head drafts from the target's hidden states, and greedy output is AR's exactly."""
+    import jax
+
+    from specjax.models import EagleHead
+
+    model, params, tok = smollm2
+    _, ar = ar_run
+    head = EagleHead(model)
+    pipe = specjax.Pipeline(
+        model, params, head, head.init_params(jax.random.PRNGKey(0)), tokenizer=tok
+    )
+    start = time.perf_counter()
+    out = pipe.chat([p["messages"] for p in reference["prompts"]], reference["max_new_tokens"])
+    print(f"\nEAGLE-1 program, compile included: {time.perf_counter() - start:.1f} s")
+    for b in range(len(reference["prompts"])):
+        np.testing.assert_array_equal(out.new_tokens[b], ar.new_tokens[b])
 
 
 def test_launcher_chat_prompts_are_the_templates_ids(smollm2, reference):
