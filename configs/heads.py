@@ -18,6 +18,7 @@ String options after the colon (comma-separated):
     eagle1 | tiny     which preset (default eagle1)
     steps=N           training steps
     prompts=N         training prompts (data size; a new value builds new data)
+    draft_vocab=N     the head's draft vocabulary: the N most frequent training tokens (0: all)
 Any field can also be set with `--config.<field>=...` flags.
 """
 
@@ -28,7 +29,9 @@ from configs.options import parse_options
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     """The heads-mode config; `arg` holds the string options of the module docstring."""
-    options = parse_options(arg, ints=("steps", "prompts"), switches=("eagle1", "tiny"))
+    options = parse_options(
+        arg, ints=("steps", "prompts", "draft_vocab"), switches=("eagle1", "tiny")
+    )
     tiny = options.get("tiny", False)
     config = ml_collections.ConfigDict()
     config.mode = "heads"
@@ -53,7 +56,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.train.noise = 0.2
     config.train.ce_weight = 0.1
     config.train.reply_only = False
-    # The cross-entropy over the data's N most frequent tokens (0: all 49152). On our CPU the
-    # full-vocabulary matmuls make a step 5.5 s (batch 8 x 256); over 8192 tokens it is 1.4 s.
+    # A full-vocabulary head: the cross-entropy over the data's N most frequent tokens only
+    # (0: all 49152). On our CPU the full-vocabulary matmuls make a step 5.5 s (batch 8 x 256),
+    # over 8192 tokens 1.4 s. A head with a draft vocabulary uses its own ids instead.
     config.train.ce_vocab = 0 if tiny else 8192
+    # The head's draft vocabulary (EAGLE-3's reduced vocabulary): its own output layer over the
+    # N most frequent tokens of the training data, started from the target's columns; q = 0
+    # elsewhere. 0: q over the full vocabulary through the target's output layer.
+    config.draft_vocab = options.get("draft_vocab", 0 if tiny else 8192)
     return config

@@ -44,6 +44,7 @@ flags.DEFINE_string("matmul", "auto", "the layout of the drafts/overhead/hf part
 flags.DEFINE_string("out", None, "directory for results.json and results.md")
 flags.DEFINE_list("heads", [], "workdirs of trained EAGLE-1 heads (configs/heads.py runs)")
 flags.DEFINE_list("kinds", None, "drafts/overhead parts: only drafts whose name starts so")
+flags.DEFINE_list("trees", [], "static trees each head also drafts, branchings like 2-2-1-1")
 
 
 def main(argv):
@@ -87,8 +88,9 @@ def main(argv):
     kinds = None
     if {"overhead", "drafts"} & set(FLAGS.parts):
         kinds = drafts.build_drafts(
-            target, target_params, tokenizer, heads=FLAGS.heads, kinds=FLAGS.kinds
-        )
+            target, target_params, tokenizer, heads=FLAGS.heads, kinds=FLAGS.kinds,
+            trees=[tuple(int(b) for b in t.split("-")) for t in FLAGS.trees],
+        )  # fmt: skip
     if "overhead" in FLAGS.parts:
         rows = speed.loop_overhead(
             target, target_params, kinds, gamma=FLAGS.gamma, rounds=FLAGS.overhead_rounds

@@ -93,8 +93,8 @@ class _MisreportedQ(EagleDrafter):
     """Planted bug: samples from q but reports a flattened q (q^0.5, renormalised) to the rule,
     the "candidate generator returns another q than it sampled from" bug class."""
 
-    def _draw(self, target_params, feature, key):
-        token, q = super()._draw(target_params, feature, key)
+    def _draw(self, params, feature, key):
+        token, q = super()._draw(params, feature, key)
         flat = jnp.sqrt(q)
         return token, flat / flat.sum(-1, keepdims=True)
 
@@ -203,3 +203,23 @@ def test_eagle_tree_features_and_greedy():
         np.testing.assert_allclose(
             d_state.feats[b, : length - 1], hidden[b, : length - 1], rtol=2e-5, atol=2e-5
         )
+
+
+@pytest.mark.parametrize("structure", ["chain", "tree"], ids=["chain", "tree-3-1-supp-exhausted"])
+def test_a_reduced_draft_vocabulary_is_lossless(structure):
+    """EAGLE-3's reduced vocabulary: q is 0 outside 2 of 5 tokens. In the tree, the root's three
+    children are drawn without replacement from a q with two tokens of support: the third is
+    drawn after supp q is exhausted (the trap of the issue). False-failure rate as above."""
+    target, tp = tiny_llama(5)
+    head = EagleHead(target, draft_ids=(1, 3))
+    hp = head.with_target_columns(head.init_params(jax.random.PRNGKey(7)), tp)
+    if structure == "chain":
+        dec = SpeculativeDecoder(target, head, 3, T1, cache_len=32)
+    else:
+        tree = TokenTree.from_branching((3, 1))
+        dec = TreeSpeculativeDecoder(target, head, tree, T1, replacement=False, cache_len=32)
+    logits = head.logits(tp, hp, jnp.ones((2, 16)))
+    assert bool(jnp.isneginf(logits[:, jnp.array([0, 2, 4])]).all())
+    report = testing.check_decoder(dec, tp, hp, draws=1 << 14, prompts=((2,), (1, 4, 3)))
+    print(report)
+    assert report.passed

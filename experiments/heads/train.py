@@ -14,6 +14,7 @@ import numpy as np
 from absl import logging
 
 from specjax.models import EagleHead, TransformerConfig, TransformerLM
+from specjax.training.eagle import frequent_tokens
 from specjax.training.features import FeatureData, generate_replies, score_features
 from specjax.training.head_run import train_head
 
@@ -72,7 +73,14 @@ def run(config, workdir: str) -> dict:
             temperatures=tuple(config.data.temperatures), seed=config.data.seed,
             batch_size=config.data.batch_size, log=logging.info,
         )  # fmt: skip
-    head = EagleHead(model)
+    draft_ids = None
+    if config.draft_vocab:
+        if not 0 < config.draft_vocab <= model.vocab_size:
+            raise ValueError(
+                f"config.draft_vocab must be in [0, {model.vocab_size}], got {config.draft_vocab}"
+            )
+        draft_ids = tuple(frequent_tokens(data, config.draft_vocab).tolist())
+    head = EagleHead(model, draft_ids=draft_ids)
     _, summary = train_head(head, params, data, workdir, log=logging.info, **dict(config.train))
     print(json.dumps({k: summary[k] for k in ("steps", "train_seconds", "final")}, indent=1))
     logging.info("head run in %s", os.path.abspath(workdir))

@@ -29,6 +29,8 @@ from specjax.decoding import (
     AutoregressiveDecoder,
     LookupDrafter,
     SpeculativeDecoder,
+    TokenTree,
+    TreeSpeculativeDecoder,
     make_warper,
     summarize_stats,
 )
@@ -57,7 +59,7 @@ def target_samples(model, params, tokenizer, *, max_new_tokens: int = 128, seed:
 
 
 def build_drafts(
-    model, params, tokenizer, *, layers=(4, 8), samples=None, heads=(), kinds=None
+    model, params, tokenizer, *, layers=(4, 8), samples=None, heads=(), trees=(), kinds=None
 ) -> dict:
     """name -> (draft, draft_params) for every training-free draft kind, plus trained heads.
 
@@ -67,6 +69,9 @@ def build_drafts(
       samples: target samples for the bigram (None: drawn here).
       heads: workdirs of trained EAGLE-1 heads (`configs/heads.py` runs), each a draft
         "EAGLE-1 (<workdir name>)".
+      trees: branchings (e.g. (2, 2, 1, 1)) of static trees each head also drafts: entries
+        (head, params, TokenTree), decoded by `TreeSpeculativeDecoder` (Sequoia's rule: siblings
+        without replacement; top-k children at t = 0).
       kinds: keep only drafts whose name starts with one of these (None: all).
     """
     keep = lambda name: kinds is None or any(name.startswith(k) for k in kinds)  # noqa: E731
@@ -87,10 +92,15 @@ def build_drafts(
     if keep("uniform"):
         drafts["uniform"] = (UniformLM(vocab), {})
     for workdir in heads:
-        name = f"EAGLE-1 ({os.path.basename(os.path.normpath(workdir))})"
+        label = os.path.basename(os.path.normpath(workdir))
         if keep("EAGLE"):
             head = EagleHead(model)
-            drafts[name] = (head, load_head_params(workdir, head))
+            head_params = load_head_params(workdir, head)
+            drafts[f"EAGLE-1 ({label})"] = (head, head_params)
+            for branching in trees:
+                tree = TokenTree.from_branching(branching)
+                name = f"EAGLE-1 tree {'-'.join(map(str, branching))} ({label})"
+                drafts[name] = (head, head_params, tree)
     return drafts
 
 
@@ -121,8 +131,13 @@ def draft_table(
     eos = tokenizer.eos_id
     ids = chat_ids(tokenizer, prompts)
     decoders = {"AR": (AutoregressiveDecoder(model, warper, cache_len=cache_len), (params,))}
-    for name, (draft, draft_params) in drafts.items():
-        decoder = SpeculativeDecoder(model, draft, gamma, warper, cache_len=cache_len)
+    for name, (draft, draft_params, *tree) in drafts.items():
+        if tree:
+            decoder = TreeSpeculativeDecoder(
+                model, draft, tree[0], warper, replacement=False, cache_len=cache_len
+            )
+        else:
+            decoder = SpeculativeDecoder(model, draft, gamma, warper, cache_len=cache_len)
         decoders[name] = (decoder, (params, draft_params))
     calls = {}
     for i, prompt in enumerate(ids):
@@ -185,7 +200,7 @@ def add_costs(rows: list, ar_ms: float, gamma: int) -> None:
     iteration over γ AR steps: c = (T_iter - T_v) / (γ T(1)), T(1) = AR ms per token. Theory
     (Leviathan et al., flat T(k)): (1 - α^(γ+1)) / ((1 - α)(cγ + 1)); "flat" is what the measured
     tokens per iteration would give on a flat T(k): tokens / (cγ + 1). Without a uniform row
-    nothing is added.
+    nothing is added. For a tree row c also holds its wider verification (N nodes, not γ + 1).
     """
     uniform = [r for r in rows if r["draft"] == "uniform"]
     if not uniform:
@@ -212,7 +227,7 @@ def format_drafts(table: dict) -> str:
     if table["rows"] and "c" in table["rows"][0]:
         verify = table["rows"][0]["verify_cost"]
         lines[0] += f", verification T_v = {verify:.2f} T(1) (the uniform draft's iteration)"
-        lines[2] = lines[2][:-1] + " c | theory (flat T) | tokens/(cγ+1) |"
+        lines[2] += " c | theory (flat T) | tokens/(cγ+1) |"
         lines[3] += "---|---|---|"
     for r in table["rows"]:
         low, high = r["interval"] or (float("nan"), float("nan"))

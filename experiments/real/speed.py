@@ -196,7 +196,9 @@ def loop_overhead(model, params, drafts: dict, *, gamma: int = 4, rounds: int = 
     greedy = make_warper(0.0)
     prompt = [np.arange(129) % (model.vocab_size - 1) + 1]
     rows = []
-    for name, (draft, draft_params) in drafts.items():
+    for name, (draft, draft_params, *tree) in drafts.items():
+        if tree:  # token trees: not a chain's iteration
+            continue
         decoder = SpeculativeDecoder(model, draft, gamma, greedy, cache_len=512)
         b = overhead_breakdown(
             decoder, (params, draft_params), prompt, context=128, steps=8, repeats=rounds,

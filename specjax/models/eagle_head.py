@@ -82,10 +82,17 @@ class EagleHead:
       target: the target model (a `TransformerLM`: its `embed`/`unembed` are shared, frozen).
       config: the head's config; None (the default): the target's block shape with one layer,
         in the "xla" layout (trainable: the packed layout is an inference format).
+      draft_ids: None: q over the full vocabulary through the target's output layer (EAGLE-1).
+        Else a reduced draft vocabulary (EAGLE-3's): sorted distinct token ids, and the head
+        has its own output layer over them, param "lm_head" [embed, N] (start it from the
+        target's columns: `with_target_columns`). q is 0 outside these ids, which every lossless
+        rule allows (those tokens are never drafted and stay reachable through the residual);
+        on SmolLM2 the full-vocabulary product is about a fifth of a target step.
     """
 
     target: object
     config: TransformerConfig | None = None
+    draft_ids: tuple | None = None
 
     def __post_init__(self):
         tcfg = getattr(self.target, "config", None)
@@ -96,6 +103,14 @@ class EagleHead:
             )
         if self.config is None:
             object.__setattr__(self, "config", tcfg.replace(num_layers=1, matmul="xla"))
+        if self.draft_ids is not None:
+            ids = tuple(int(i) for i in self.draft_ids)
+            if not ids or list(ids) != sorted(set(ids)) or ids[0] < 0 or ids[-1] >= tcfg.vocab_size:
+                raise ValueError(
+                    f"draft_ids must be sorted distinct token ids in [0, {tcfg.vocab_size}); got "
+                    f"{len(ids)} ids starting {ids[:5]}"
+                )
+            object.__setattr__(self, "draft_ids", ids)
         if self.config.embed_dim != tcfg.embed_dim:
             raise ValueError(
                 f"config.embed_dim={self.config.embed_dim} must equal the target's embed_dim="
@@ -126,16 +141,34 @@ class EagleHead:
         variables = self.module.init(
             key, feats, feats, jnp.ones((1,), jnp.int32), self.init_state(1, 8)
         )
-        return nn.meta.unbox(variables["params"])
+        params = dict(nn.meta.unbox(variables["params"]))
+        if self.draft_ids is not None:
+            shape = (h, len(self.draft_ids))
+            params["lm_head"] = 0.02 * jax.random.normal(jax.random.fold_in(key, 1), shape)
+        return params
+
+    def with_target_columns(self, params, target_params) -> dict:
+        """`params` with "lm_head" set to the target's output layer at `draft_ids` (a start)."""
+        if self.draft_ids is None:
+            return params
+        eye = jnp.eye(self.embed_dim, dtype=jnp.float32)
+        columns = self.target.unembed(target_params, eye)[:, jnp.asarray(self.draft_ids)]
+        return dict(params, lm_head=columns)
 
     def forward_features(
         self, params, state, features, embeds, num_new, *, positions=None, mask=None
     ):
         """(predicted features [batch, T, embed], new state); see `EagleHeadModule`."""
+        block = {k: v for k, v in params.items() if k != "lm_head"}
         return self.module.apply(
-            {"params": params}, features, embeds, num_new, state, positions, mask
+            {"params": block}, features, embeds, num_new, state, positions, mask
         )
 
-    def logits(self, target_params, features) -> jax.Array:
-        """float32 [..., vocab]: the target's output layer on (predicted) features."""
-        return self.target.unembed(target_params, features)
+    def logits(self, target_params, head_params, features) -> jax.Array:
+        """float32 [..., vocab] draft logits on (predicted) features: the target's output layer,
+        or with `draft_ids` the head's own over them and -inf elsewhere (q = 0 there)."""
+        if self.draft_ids is None:
+            return self.target.unembed(target_params, features)
+        sub = features.astype(jnp.float32) @ head_params["lm_head"].astype(jnp.float32)
+        full = jnp.full(features.shape[:-1] + (self.vocab_size,), -jnp.inf, jnp.float32)
+        return full.at[..., jnp.asarray(self.draft_ids)].set(sub)

@@ -94,7 +94,7 @@ def output_columns(head, target_params, token_ids) -> jax.Array:
     Read off `unembed` of the identity, so it works for every weight layout.
     """
     eye = jnp.eye(head.embed_dim, dtype=jnp.float32)
-    return head.logits(target_params, eye)[:, jnp.asarray(token_ids)]
+    return head.target.unembed(target_params, eye)[:, jnp.asarray(token_ids)]
 
 
 def frequent_tokens(data: FeatureData, count: int) -> np.ndarray:
@@ -116,10 +116,11 @@ def eagle_loss(
       key: PRNG key of the input noise.
       noise: width of the uniform noise on input features.
       ce_weight: weight of the soft cross-entropy term.
-      columns: None: the cross-entropy over the full vocabulary; else [embed, N] the output
-        layer's columns of N frequent tokens (`output_columns`): p and q renormalised over them,
-        a cheaper loss (the full-vocabulary matmuls dominate a step's cost on CPU). The metrics
-        top1/alpha1 are then over those N tokens too.
+      columns: None: the cross-entropy over the full vocabulary; else [embed, N] the target's
+        output layer at N tokens (`output_columns`): p renormalised over them, and q too (for a
+        full-vocabulary head: a cheaper loss, since the full-vocabulary matmuls dominate a
+        step's cost on CPU; a head with `draft_ids` must get its ids' columns, and its q is its
+        own "lm_head"). The metrics top1/alpha1 are then over those N tokens.
     """
     feats, tokens, w = batch["features"], batch["tokens"], batch["weight"]
     batch_size, seq_len, _ = feats.shape
@@ -130,9 +131,14 @@ def eagle_loss(
     pred, _ = head.forward_features(head_params, cache, inputs, embeds, num)  # [B, S-1, H]
     target = feats[:, 1:]
     l1 = optax.huber_loss(pred, target, delta=1.0).mean(-1)  # [B, S-1] SmoothL1
-    if columns is None:
-        p_logits = jax.lax.stop_gradient(head.logits(target_params, target))
-        q_logits = head.logits(target_params, pred)  # [B, S-1, V]
+    if head.draft_ids is not None:  # the head's own output layer over its draft vocabulary
+        if columns is None:
+            raise ValueError("columns: a head with draft_ids needs the target's columns there")
+        p_logits = jax.lax.stop_gradient(target @ columns)  # [B, S-1, N]
+        q_logits = pred @ head_params["lm_head"]
+    elif columns is None:
+        p_logits = jax.lax.stop_gradient(head.target.unembed(target_params, target))
+        q_logits = head.target.unembed(target_params, pred)  # [B, S-1, V]
     else:
         p_logits = jax.lax.stop_gradient(target @ columns)  # [B, S-1, N]
         q_logits = pred @ columns

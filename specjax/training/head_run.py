@@ -81,6 +81,7 @@ def train_head(head, target_params, data, workdir: str, *, log=print, stop_after
     if cfg["num_steps"] < 1 or cfg["checkpoint_every"] < 1:
         raise ValueError("num_steps and checkpoint_every must be >= 1")
     run_config = dict(cfg, head=str(head.config), data=data.meta.get("fingerprint", "?"))
+    run_config["draft_ids"] = None if head.draft_ids is None else list(head.draft_ids)
     tx = _optimizer(cfg)
     batches = HeadBatches(data, cfg["batch_size"], cfg["seq_len"], cfg["seed"], cfg["reply_only"])
     step_fn = jax.jit(
@@ -89,14 +90,18 @@ def train_head(head, target_params, data, workdir: str, *, log=print, stop_after
     )
     key = jax.random.PRNGKey(cfg["seed"])
     columns = None
-    if cfg["ce_vocab"]:
+    if head.draft_ids is not None:
+        columns = output_columns(head, target_params, head.draft_ids)
+    elif cfg["ce_vocab"]:
         columns = output_columns(head, target_params, frequent_tokens(data, cfg["ce_vocab"]))
     os.makedirs(workdir, exist_ok=True)
     checkpointer = ckpt_lib.Checkpointer(os.path.join(workdir, CHECKPOINTS), keep=2)
     abstract = jax.eval_shape(head.init_params, key)
     restored = checkpointer.restore_latest(abstract, jax.eval_shape(tx.init, abstract))
     if restored is None:
-        params = head.init_params(jax.random.fold_in(key, 1 << 20))
+        params = head.with_target_columns(
+            head.init_params(jax.random.fold_in(key, 1 << 20)), target_params
+        )
         opt_state, step, seconds_before = tx.init(params), 0, 0.0
     else:
         step, params, opt_state, meta = restored
@@ -144,19 +149,50 @@ def train_head(head, target_params, data, workdir: str, *, log=print, stop_after
     return params, summary
 
 
-def load_head_params(workdir: str, head):
-    """The newest good head params of a run directory (checked against their checksums)."""
+def _run_settings(workdir: str) -> tuple[str, dict]:
+    """(checkpoint directory, the run's settings from its newest checkpoint's meta)."""
     directory = os.path.join(workdir, CHECKPOINTS)
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(f"no head checkpoints in {workdir!r} (expected {directory})")
+    steps = sorted(int(d) for d in os.listdir(directory) if d.isdigit()) if os.path.isdir(
+        directory
+    ) else []  # fmt: skip
+    if not steps:
+        raise FileNotFoundError(f"no head checkpoints in {workdir!r} (expected {directory}/<step>)")
+    meta_path = os.path.join(directory, str(steps[-1]), "meta", "metadata")
+    try:
+        with open(meta_path) as f:
+            return directory, json.load(f)["config"]
+    except (OSError, ValueError, KeyError) as e:
+        raise ckpt_lib.CheckpointError(f"checkpoint meta {meta_path} is unreadable: {e}") from e
+
+
+def load_head(workdir: str, target):
+    """(EagleHead for `target`, its newest good params) of a head run directory.
+
+    The head's draft vocabulary (if any) comes from the run's settings; params are checked
+    against their checksums (a damaged newest checkpoint falls back to the one before).
+    """
+    from specjax.models.eagle_head import EagleHead
+
+    directory, settings = _run_settings(workdir)
+    ids = settings.get("draft_ids")
+    head = EagleHead(target, draft_ids=None if ids is None else tuple(ids))
+    if settings.get("head") != str(head.config):
+        raise ValueError(
+            f"the head in {workdir!r} was trained for another target shape ({settings.get('head')}"
+            f"), not {head.config}"
+        )
     checkpointer = ckpt_lib.Checkpointer(directory, keep=2, async_save=False)
     key = jax.random.PRNGKey(0)
     abstract = jax.eval_shape(head.init_params, key)
-    with open(os.path.join(directory, str(checkpointer.latest_step()), "meta", "metadata")) as f:
-        settings = json.load(f)["config"]
     tx = _optimizer(settings)
     restored = checkpointer.restore_latest(abstract, jax.eval_shape(tx.init, abstract))
     checkpointer.close()
-    if restored is None:
-        raise FileNotFoundError(f"no head checkpoints in {directory!r}")
-    return restored[1]
+    return head, restored[1]
+
+
+def load_head_params(workdir: str, head):
+    """The newest good params of a head run directory, for `head` (see `load_head`)."""
+    loaded, params = load_head(workdir, head.target)
+    if loaded != head:
+        raise ValueError(f"the head in {workdir!r} is not {head!r} (another draft vocabulary?)")
+    return params

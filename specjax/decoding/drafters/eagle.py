@@ -98,9 +98,9 @@ class EagleDrafter:
             _, cache = self.head.forward_features(head_params, cache, features[:, :-1], embeds, num)
         return EagleState(cache, feats)
 
-    def _draw(self, target_params, feature, key):
+    def _draw(self, params, feature, key):
         """(token [batch], q [batch, vocab]) from the head's predicted feature [batch, embed]."""
-        q = self.warper.probs(self.head.logits(target_params, feature))
+        q = self.warper.probs(self.head.logits(*params, feature))
         return sample_from_probs(key, q), q
 
     def catch_up(self, params, state: EagleState, seq: Sequences, width: int):
@@ -130,7 +130,7 @@ class EagleDrafter:
         target_params, head_params = params
         active = ~seq.done  # [batch]
         cache, f0, _ = self.catch_up(params, state, seq, gamma + 1)  # k <= gamma + 1
-        x0, q0 = self._draw(target_params, f0, jax.random.fold_in(key, 0))
+        x0, q0 = self._draw(params, f0, jax.random.fold_in(key, 0))
 
         def one_step(carry, i):
             cache, feature, token = carry
@@ -138,7 +138,7 @@ class EagleDrafter:
             pred, cache = self.head.forward_features(
                 head_params, cache, feature[:, None], embed, active.astype(jnp.int32)
             )
-            nxt, q = self._draw(target_params, pred[:, 0], jax.random.fold_in(key, i))
+            nxt, q = self._draw(params, pred[:, 0], jax.random.fold_in(key, i))
             return (cache, pred[:, 0], nxt), (nxt, q)
 
         (cache, _, _), (xs, qs) = jax.lax.scan(

@@ -79,7 +79,7 @@ class EagleTreeDrafter(EagleDrafter):
             first, _ = tree.levels[d]
             lo, hi = tree.levels[d + 1]
             num = int(max(len(tree.children[i]) for i in range(*tree.levels[d])))
-            logits = self.head.logits(target_params, feats)  # [batch, n_d, vocab]
+            logits = self.head.logits(target_params, head_params, feats)  # [batch, n_d, vocab]
             draws, q = TreeDrafter._draw(self, jax.random.fold_in(key, d), logits, num)
             parent = parents[lo:hi] - first  # [n_{d+1}] parent's index within level d
             level_tokens = draws[:, parent, ranks[lo:hi]]  # [batch, n_{d+1}]
