@@ -142,16 +142,19 @@ def test_features_equal_the_targets_hidden_states():
         assert int(d_state.cache.lengths[b]) <= valid
 
 
-def test_eagle_greedy_equals_autoregressive():
-    dec, tp, hp, target = _decoder(vocab=23, gamma=4, warper=T0, seed=2)
+def _assert_greedy_equals_ar(dec, tp, hp, target, max_new_tokens):
     prompts = [np.array([1, 2, 3, 4, 5]), np.array([7]), np.array([3, 3, 9, 1])]
     key = jax.random.PRNGKey(0)
     ar = AutoregressiveDecoder(target, T0, cache_len=32).generate(
-        tp, prompts=prompts, key=key, max_new_tokens=20
+        tp, prompts=prompts, key=key, max_new_tokens=max_new_tokens
     )
-    sp = dec.generate(tp, hp, prompts=prompts, key=key, max_new_tokens=20)
+    sp = dec.generate(tp, hp, prompts=prompts, key=key, max_new_tokens=max_new_tokens)
     for a, b in zip(ar.new_tokens(), sp.new_tokens(), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_eagle_greedy_equals_autoregressive():
+    _assert_greedy_equals_ar(*_decoder(vocab=23, gamma=4, warper=T0, seed=2), 20)
 
 
 TREE = TokenTree.from_branching((2, 2, 1))  # 2 + 4 + 4 nodes below the root, depth 3
@@ -179,15 +182,7 @@ def test_eagle_tree_is_lossless():
 def test_eagle_tree_features_and_greedy():
     """Top-k children at t = 0: equal to AR; the features gathered along accepted paths equal
     the target's hidden states recomputed on the committed sequence."""
-    dec, tp, hp, target = _tree_decoder(vocab=23, warper=T0, seed=2)
-    prompts = [np.array([1, 2, 3, 4, 5]), np.array([7]), np.array([3, 3, 9, 1])]
-    key = jax.random.PRNGKey(0)
-    ar = AutoregressiveDecoder(target, T0, cache_len=32).generate(
-        tp, prompts=prompts, key=key, max_new_tokens=16
-    )
-    sp = dec.generate(tp, hp, prompts=prompts, key=key, max_new_tokens=16)
-    for a, b in zip(ar.new_tokens(), sp.new_tokens(), strict=True):
-        np.testing.assert_array_equal(a, b)
+    _assert_greedy_equals_ar(*_tree_decoder(vocab=23, warper=T0, seed=2), 16)
     # Features, sampled at t = 1 over 5 tokens: paths through second-rank children happen.
     dec, tp, hp, target = _tree_decoder(vocab=5, warper=T1, replacement=True, seed=2)
     prompts = [np.array([1, 2, 3, 4, 0]), np.array([3]), np.array([3, 3, 4, 1])] * 4

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 
 from specjax import checkpoint as ckpt_lib
 from specjax.training.eagle import HeadBatches, frequent_tokens, make_head_step, output_columns
+from specjax.training.loop import config_diffs
 from specjax.training.optim import make_optimizer
 from specjax.training.signals import StopRequest
 
@@ -29,11 +30,7 @@ CHECKPOINTS = "checkpoints"
 
 def _check_same_run(saved: dict, current: dict, path: str) -> None:
     """ValueError naming every setting where a checkpoint's run differs from this one."""
-    diffs = [
-        f"{k}: {saved.get(k, '<absent>')!r} in the checkpoint, {current.get(k, '<absent>')!r} now"
-        for k in sorted(set(saved) | set(current))
-        if saved.get(k) != current.get(k)
-    ]
+    diffs = config_diffs(saved, current)
     if diffs:
         raise ValueError(
             f"checkpoint {path} was written by a different head run:\n  "

@@ -66,6 +66,15 @@ def _flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
+def config_diffs(saved: dict, current: dict) -> list[str]:
+    """ "key: <saved> in the checkpoint, <current> now" for every key whose values differ."""
+    return [
+        f"{k}: {saved.get(k, '<absent>')!r} in the checkpoint, {current.get(k, '<absent>')!r} now"
+        for k in sorted(set(saved) | set(current))
+        if saved.get(k) != current.get(k)
+    ]
+
+
 def check_same_run(saved_config: dict, config_dict: dict, path: str) -> None:
     """Raises ValueError if a checkpoint's config differs from ours in a weight-relevant field.
 
@@ -74,13 +83,10 @@ def check_same_run(saved_config: dict, config_dict: dict, path: str) -> None:
       config_dict: the current run's config as a dict.
       path: the checkpoint path (for the message).
     """
-    old = _flatten(zoo.fingerprint_fields(saved_config))
-    new = _flatten(zoo.fingerprint_fields(config_dict))
-    diffs = [
-        f"{k}: {old.get(k, '<absent>')!r} in the checkpoint, {new.get(k, '<absent>')!r} now"
-        for k in sorted(set(old) | set(new))
-        if old.get(k) != new.get(k)
-    ]
+    diffs = config_diffs(
+        _flatten(zoo.fingerprint_fields(saved_config)),
+        _flatten(zoo.fingerprint_fields(config_dict)),
+    )
     if diffs:
         raise ValueError(
             f"checkpoint {path} was written by a different configuration:\n  "

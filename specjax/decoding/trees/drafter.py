@@ -38,6 +38,21 @@ from specjax.models.kv_cache import rollback
 CHILDREN_MODES = ("auto", "sample", "top_k")
 
 
+def check_tree_drafter(tree, children: str) -> None:
+    """The checks every tree drafter makes of its topology and children mode."""
+    if not isinstance(tree, TokenTree):
+        raise TypeError(f"tree must be a TokenTree; got {tree!r}")
+    if tree.max_depth < 1:
+        raise ValueError("tree must have at least one node below the root")
+    if children not in CHILDREN_MODES:
+        raise ValueError(f"children must be one of {CHILDREN_MODES}; got {children!r}")
+
+
+def top_k_children(children: str, warper) -> bool:
+    """Whether children are the draft's top-k (point masses): "top_k", or "auto" when greedy."""
+    return children == "top_k" or (children == "auto" and warper.is_greedy)
+
+
 @dataclasses.dataclass(frozen=True)
 class TreeDrafter:
     """Drafts a static token tree level by level with a model (see the module docstring).
@@ -58,12 +73,7 @@ class TreeDrafter:
     children: str = "auto"
 
     def __post_init__(self):
-        if not isinstance(self.tree, TokenTree):
-            raise TypeError(f"tree must be a TokenTree; got {self.tree!r}")
-        if self.tree.max_depth < 1:
-            raise ValueError("tree must have at least one node below the root")
-        if self.children not in CHILDREN_MODES:
-            raise ValueError(f"children must be one of {CHILDREN_MODES}; got {self.children!r}")
+        check_tree_drafter(self.tree, self.children)
 
     @property
     def vocab_size(self) -> int:
@@ -72,7 +82,7 @@ class TreeDrafter:
     @property
     def deterministic(self) -> bool:
         """True when children are the draft's top-k (point masses)."""
-        return self.children == "top_k" or (self.children == "auto" and self.warper.is_greedy)
+        return top_k_children(self.children, self.warper)
 
     def init(self, params, prompts, prompt_lengths, cache_len: int):
         """Prefills the model with every prompt token but the last."""

@@ -25,7 +25,7 @@ import numpy as np
 from specjax.decoding.drafters.base import Proposal
 from specjax.decoding.drafters.eagle import EagleDrafter
 from specjax.decoding.state import Sequences
-from specjax.decoding.trees.drafter import CHILDREN_MODES, TreeDrafter
+from specjax.decoding.trees.drafter import TreeDrafter, check_tree_drafter, top_k_children
 from specjax.decoding.trees.topology import TokenTree, tree_inputs
 from specjax.models.kv_cache import rollback
 
@@ -46,17 +46,12 @@ class EagleTreeDrafter(EagleDrafter):
     children: str = "auto"
 
     def __post_init__(self):
-        if not isinstance(self.tree, TokenTree):
-            raise TypeError(f"tree must be a TokenTree; got {self.tree!r}")
-        if self.tree.max_depth < 1:
-            raise ValueError("tree must have at least one node below the root")
-        if self.children not in CHILDREN_MODES:
-            raise ValueError(f"children must be one of {CHILDREN_MODES}; got {self.children!r}")
+        check_tree_drafter(self.tree, self.children)
 
     @property
     def deterministic(self) -> bool:
         """True when children are the head's top-k (point masses)."""
-        return self.children == "top_k" or (self.children == "auto" and self.warper.is_greedy)
+        return top_k_children(self.children, self.warper)
 
     def propose(self, params, state, seq: Sequences, key, gamma: int) -> Proposal:
         """Drafts nodes 1..N-1: tokens [batch, N - 1], probs [batch, N - 1, vocab] or None."""
