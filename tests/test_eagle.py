@@ -68,6 +68,31 @@ def test_embed_unembed_match_forward(tie, matmul):
     del ref_model
 
 
+@pytest.mark.parametrize("matmul", ["xla", "packed"])
+def test_forward_returns_the_requested_layers(matmul):
+    """`return_layers`: the residual stream after each requested block; the last block's,
+    RMS-normalised with the final norm's scale, is `hidden`; block 0's equals the output of a
+    one-block model with the same first block."""
+    model, params = tiny_llama(37)
+    model, params = with_matmul(model, params, matmul)
+    tokens = jnp.array([[3, 5, 7, 36, 0]], jnp.int32)
+    out = model.forward(params, model.init_state(1, 16), tokens, jnp.array([5]),
+                        return_layers=(1, 0))  # fmt: skip
+    assert out.layers.shape == (1, 5, 2, 16)
+    last = out.layers[:, :, 0].astype(jnp.float32)
+    scale = params["final_norm"]["scale"]
+    eps = model.config.norm_eps
+    normed = last * jax.lax.rsqrt(jnp.mean(last**2, -1, keepdims=True) + eps) * scale
+    np.testing.assert_allclose(normed, out.hidden, rtol=1e-5, atol=1e-5)
+    one = TransformerLM(model.config.replace(num_layers=1))
+    one_params = {k: v for k, v in params.items() if k != "block_1"}
+    first = one.forward(one_params, one.init_state(1, 16), tokens, jnp.array([5]),
+                        return_layers=(0,))  # fmt: skip
+    np.testing.assert_allclose(first.layers[:, :, 0], out.layers[:, :, 1], rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="return_layers: block 2 does not exist"):
+        model.forward(params, model.init_state(1, 16), tokens, jnp.array([5]), return_layers=(2,))
+
+
 def test_head_rejects_a_target_without_features():
     with pytest.raises(TypeError, match="target must be a specjax transformer"):
         EagleHead(object())

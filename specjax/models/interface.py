@@ -16,9 +16,11 @@ A model is a small frozen (hashable) object, usable as a static `jax.jit` argume
 
 and optionally
 
-    forward(...same arguments...) -> ModelOutput(logits, state, hidden)
+    forward(...same arguments..., return_layers=()) -> ModelOutput(logits, state, hidden, layers)
         hidden: the last hidden states [batch, T, embed] that feed the output layer (for drafts
-        that read the target's features, EAGLE/Medusa style), or None for table models.
+        that read the target's features, EAGLE/Medusa style), or None for table models;
+        layers: the residual stream after the blocks in `return_layers` (0-based, static), which
+        layers a feature head reads being the model's business.
     max_positions: int | None
         the most positions it can read (a learned position table's size); absent or None: no
         bound. Decoders default their `cache_len` to it (`position_limit`).
@@ -55,11 +57,15 @@ class ModelOutput:
       logits: float32 [batch, T, vocab].
       state: the updated decoding state (a transformer's KVCache).
       hidden: [batch, T, embed] final hidden states (input of the output layer), or None.
+      layers: [batch, T, len(return_layers), embed] the residual stream after each requested
+        decoder block (`forward(..., return_layers=(i, j, k))`: low, middle and high features
+        for an EAGLE-3 head), or None when none was asked for.
     """
 
     logits: jax.Array
     state: Any
     hidden: jax.Array | None = None
+    layers: jax.Array | None = None
 
 
 class LanguageModel(Protocol):

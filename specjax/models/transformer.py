@@ -59,6 +59,7 @@ class Transformer(nn.Module):
         cache: KVCache,
         positions: jax.Array | None = None,
         mask: jax.Array | None = None,
+        return_layers: tuple = (),
     ) -> ModelOutput:
         """Runs T new tokens per row through the model, writing them into the cache.
 
@@ -68,11 +69,18 @@ class Transformer(nn.Module):
           cache: KVCache with per-row lengths (where the new tokens are written).
           positions: int32 [batch, T] positions of the new tokens; None: a chain's.
           mask: bool [batch, T, max_len] cache slots each new token sees; None: causal.
+          return_layers: blocks (0-based) whose output residual stream to return as `layers`.
 
         Returns:
-          ModelOutput with logits [batch, T, vocab] (float32), the advanced cache and the final
-          hidden states [batch, T, embed].
+          ModelOutput with logits [batch, T, vocab] (float32), the advanced cache, the final
+          hidden states [batch, T, embed] and, if asked, layers [batch, T, len, embed].
         """
+        for i in return_layers:
+            if not 0 <= i < self.config.num_layers:
+                raise ValueError(
+                    f"return_layers: block {i} does not exist (the model has "
+                    f"{self.config.num_layers} blocks, 0-based)"
+                )
         cfg = self.config
         starts = cache.lengths  # [batch]
         if positions is None:
@@ -101,7 +109,7 @@ class Transformer(nn.Module):
             x = x + jnp.take(pos_table, jnp.minimum(positions, cfg.max_len - 1), axis=0).astype(
                 x.dtype
             )
-        keys, values = [], []
+        keys, values, picked = [], [], {}
         block = PackedBlock if cfg.matmul == "packed" else Block
         for i in range(cfg.num_layers):
             x, k, v = block(cfg, name=f"block_{i}")(
@@ -109,6 +117,8 @@ class Transformer(nn.Module):
             )
             keys.append(k)
             values.append(v)
+            if i in return_layers:
+                picked[i] = x
         x = Norm(cfg, name="final_norm")(x)
         if cfg.tie_embeddings:
             logits = embed.attend(x)  # [batch, T, vocab]
@@ -118,7 +128,8 @@ class Transformer(nn.Module):
         else:
             logits = dense(cfg, cfg.vocab_size, ("embed", "vocab"), name="head")(x)
         new_cache = KVCache(tuple(keys), tuple(values), starts + num_new.astype(jnp.int32))
-        return ModelOutput(logits.astype(jnp.float32), new_cache, x)
+        layers = jnp.stack([picked[i] for i in return_layers], axis=2) if return_layers else None
+        return ModelOutput(logits.astype(jnp.float32), new_cache, x, layers)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,12 +238,16 @@ class TransformerLM(ApplyFromForward):
         *,
         positions=None,
         mask=None,
+        return_layers: tuple = (),
     ) -> ModelOutput:
-        """Forward pass (see models/interface.py); returns ModelOutput(logits, state, hidden)."""
+        """Forward pass (see models/interface.py); returns ModelOutput(logits, state, hidden,
+        layers): `layers` holds the output of each block in `return_layers` (0-based)."""
         checks.check_rank("tokens", tokens, 2, "[batch, T]")
         batch, t = tokens.shape
         if positions is not None:
             checks.check_shape("positions", positions, (batch, t), "[batch, T]")
         if mask is not None:
             checks.check_shape("mask", mask, (batch, t, state.max_len), "[batch, T, max_len]")
-        return self.module.apply({"params": params}, tokens, num_new, state, positions, mask)
+        return self.module.apply(
+            {"params": params}, tokens, num_new, state, positions, mask, tuple(return_layers)
+        )
