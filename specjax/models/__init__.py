@@ -5,6 +5,7 @@ from specjax.models.eagle_head import EagleHead
 from specjax.models.interface import LanguageModel, ModelOutput, check_pair, state_logical_axes
 from specjax.models.kv_cache import KVCache, rollback, select_rows
 from specjax.models.layout import with_matmul
+from specjax.models.medusa_heads import MedusaHeads
 from specjax.models.ngram import NgramLM, UniformLM, fit_ngram
 from specjax.models.prompt_lookup import PromptLookupLM
 from specjax.models.sparse_ngram import SparseBigramLM, fit_sparse_bigram
@@ -12,6 +13,7 @@ from specjax.models.transformer import Transformer, TransformerLM
 
 __all__ = [
     "EagleHead",
+    "MedusaHeads",
     "KVCache",
     "LanguageModel",
     "ModelOutput",

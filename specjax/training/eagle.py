@@ -159,6 +159,19 @@ def eagle_loss(
     return loss, metrics
 
 
+def head_loss(head, head_params, target_params, batch, key, *, noise, ce_weight, columns):
+    """The loss of any feature head: `eagle_loss` for an EagleHead, `medusa_loss` for Medusa
+    heads (which read no noise key and have no feature term)."""
+    if hasattr(head, "num_heads"):
+        from specjax.training.medusa import medusa_loss
+
+        return medusa_loss(head, head_params, target_params, batch, columns=columns)
+    return eagle_loss(
+        head, head_params, target_params, batch, key,
+        noise=noise, ce_weight=ce_weight, columns=columns,
+    )  # fmt: skip
+
+
 def make_head_step(head, tx: optax.GradientTransformation, *, noise=0.2, ce_weight=0.1):
     """A jittable step (params, opt_state, step, batch, target_params, key, columns=None) ->
     (params, opt_state, metrics); the noise key is fold_in(key, step); `columns`: see
@@ -166,7 +179,7 @@ def make_head_step(head, tx: optax.GradientTransformation, *, noise=0.2, ce_weig
 
     def step_fn(params, opt_state, step, batch, target_params, key, columns=None):
         grad_fn = jax.value_and_grad(
-            lambda hp: eagle_loss(
+            lambda hp: head_loss(
                 head, hp, target_params, batch, jax.random.fold_in(key, step),
                 noise=noise, ce_weight=ce_weight, columns=columns,
             ),

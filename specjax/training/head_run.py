@@ -53,7 +53,7 @@ def train_head(head, target_params, data, workdir: str, *, log=print, stop_after
     """Trains `head` on `data` (a `FeatureData`) into `workdir`, resuming if it can.
 
     Args:
-      head: an `EagleHead`.
+      head: an `EagleHead` or `MedusaHeads`.
       target_params: the target's params (frozen).
       data: the feature data.
       workdir: run directory (checkpoints, metrics.jsonl, summary.json).
@@ -77,8 +77,7 @@ def train_head(head, target_params, data, workdir: str, *, log=print, stop_after
     cfg = dict(defaults, **settings)
     if cfg["num_steps"] < 1 or cfg["checkpoint_every"] < 1:
         raise ValueError("num_steps and checkpoint_every must be >= 1")
-    run_config = dict(cfg, head=str(head.config), data=data.meta.get("fingerprint", "?"))
-    run_config["draft_ids"] = None if head.draft_ids is None else list(head.draft_ids)
+    run_config = dict(cfg, data=data.meta.get("fingerprint", "?"), **describe_head(head))
     tx = _optimizer(cfg)
     batches = HeadBatches(data, cfg["batch_size"], cfg["seq_len"], cfg["seed"], cfg["reply_only"])
     step_fn = jax.jit(
@@ -146,6 +145,14 @@ def train_head(head, target_params, data, workdir: str, *, log=print, stop_after
     return params, summary
 
 
+def describe_head(head) -> dict:
+    """What a run records of its head, enough to rebuild it for a target (`load_head`)."""
+    kind = type(head).__name__
+    shape = str(head.config) if kind == "EagleHead" else f"num_heads={head.num_heads}"
+    ids = None if head.draft_ids is None else list(head.draft_ids)
+    return {"kind": kind, "head": shape, "draft_ids": ids}
+
+
 def _run_settings(workdir: str) -> tuple[str, dict]:
     """(checkpoint directory, the run's settings from its newest checkpoint's meta)."""
     directory = os.path.join(workdir, CHECKPOINTS)
@@ -163,21 +170,27 @@ def _run_settings(workdir: str) -> tuple[str, dict]:
 
 
 def load_head(workdir: str, target):
-    """(EagleHead for `target`, its newest good params) of a head run directory.
+    """(the head for `target`, its newest good params) of a head run directory (an EagleHead or
+    MedusaHeads, as the run recorded).
 
     The head's draft vocabulary (if any) comes from the run's settings; params are checked
     against their checksums (a damaged newest checkpoint falls back to the one before).
     """
     from specjax.models.eagle_head import EagleHead
+    from specjax.models.medusa_heads import MedusaHeads
 
     directory, settings = _run_settings(workdir)
     ids = settings.get("draft_ids")
-    head = EagleHead(target, draft_ids=None if ids is None else tuple(ids))
-    if settings.get("head") != str(head.config):
-        raise ValueError(
-            f"the head in {workdir!r} was trained for another target shape ({settings.get('head')}"
-            f"), not {head.config}"
-        )
+    ids = None if ids is None else tuple(ids)
+    if settings.get("kind", "EagleHead") == "MedusaHeads":
+        head = MedusaHeads(target, int(settings["head"].split("=")[1]), draft_ids=ids)
+    else:
+        head = EagleHead(target, draft_ids=ids)
+        if settings.get("head") != str(head.config):
+            raise ValueError(
+                f"the head in {workdir!r} was trained for another target shape "
+                f"({settings.get('head')}), not {head.config}"
+            )
     checkpointer = ckpt_lib.Checkpointer(directory, keep=2, async_save=False)
     key = jax.random.PRNGKey(0)
     abstract = jax.eval_shape(head.init_params, key)

@@ -33,7 +33,7 @@ from specjax.decoding import loop, rules
 from specjax.decoding.decoders.verify_width import check_widths, score_to_longest
 from specjax.decoding.drafters.adaptive import AdaptiveDrafter, check_policy
 from specjax.decoding.drafters.base import Drafter, Verdict, is_drafter, reads_features
-from specjax.decoding.drafters.eagle import check_feature_target, head_drafter
+from specjax.decoding.drafters.feature_heads import check_feature_target, head_drafter
 from specjax.decoding.drafters.model import ModelDrafter
 from specjax.decoding.loop import LoopState
 from specjax.decoding.prefill import prefill, prefill_features
@@ -246,9 +246,9 @@ class SpeculativeDecoder(SpeculativeSteps):
     Attributes:
       target: the model whose distribution the output follows exactly.
       draft: any model with the same vocabulary (drafted from by a `ModelDrafter` with this
-        decoder's warper), a feature head (`EagleHead`: drafted from by an `EagleDrafter` with this
-        decoder's warper), or a `Drafter`
-        (e.g. `LookupDrafter`, another speculative decoder).
+        decoder's warper), a feature head (`EagleHead`, `MedusaHeads`: drafted from by its
+        drafter with this decoder's warper), or a `Drafter` (e.g. `LookupDrafter`, another
+        speculative decoder).
       gamma: drafted tokens per iteration (static, >= 1).
       warper: applied to both models' logits (temperature 0 = greedy).
       cache_len: positions per row in caches and the output buffer. None (the default): the

@@ -22,7 +22,7 @@ import numpy as np
 from specjax.decoding import loop
 from specjax.decoding.decoders.speculative import SpeculativeSteps
 from specjax.decoding.drafters.base import is_drafter
-from specjax.decoding.drafters.eagle import check_feature_target
+from specjax.decoding.drafters.feature_heads import check_feature_target
 from specjax.decoding.rules.tree import tree_accept
 from specjax.decoding.sampling import Warper
 from specjax.decoding.state import last_tokens
@@ -32,6 +32,7 @@ from specjax.decoding.trees.topology import TokenTree, tree_inputs
 from specjax.models.eagle_head import EagleHead
 from specjax.models.interface import check_pair, check_vocab
 from specjax.models.kv_cache import rollback
+from specjax.models.medusa_heads import MedusaHeads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +69,11 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
         if not isinstance(self.tree, TokenTree):
             raise TypeError(
                 f"tree must be a TokenTree (TokenTree.from_branching(...)); got {self.tree!r}"
+            )
+        if isinstance(self.draft, MedusaHeads):
+            raise ValueError(
+                "draft: Medusa heads draft chains here (SpeculativeDecoder); a tree of their "
+                "top-k per head is not built"
             )
         if isinstance(self.draft, EagleHead):
             check_vocab(self.target, self.draft)

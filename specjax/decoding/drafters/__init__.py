@@ -4,7 +4,9 @@
 drafter: `model.py` (`ModelDrafter`), `lookup.py` (`LookupDrafter`), `adaptive.py`
 (`AdaptiveDrafter`, per-row γ chosen by a policy of `gamma_policy.py`), `hierarchical.py`
 (`SpeculativeDrafter`, a speculative decoder as the draft of another) and `eagle.py`
-(`EagleDrafter`, an EAGLE-1 feature head that reads the target's hidden states). A new
-drafter is one new file here, implementing `base.Drafter`; token-tree drafters live in
-`specjax/decoding/trees/`. Callers import from `specjax.decoding`.
+(`EagleDrafter`, an EAGLE-1 feature head that reads the target's hidden states), `medusa.py`
+(`MedusaDrafter`: K heads on the target's last feature); `feature_heads.py` picks the drafter
+of a head passed as a decoder's draft. A new drafter is one new file here, implementing
+`base.Drafter`; token-tree drafters live in `specjax/decoding/trees/`. Callers import from
+`specjax.decoding`.
 """

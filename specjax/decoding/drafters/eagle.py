@@ -27,10 +27,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specjax.decoding.drafters.base import Proposal, Verdict, reads_features
+from specjax.decoding.drafters.base import Proposal, Verdict
 from specjax.decoding.sampling import Warper, sample_from_probs
 from specjax.decoding.state import Sequences
-from specjax.models.eagle_head import EagleHead
 from specjax.models.kv_cache import KVCache, rollback, write_rows
 
 
@@ -155,24 +154,3 @@ class EagleDrafter:
         feats = write_rows(state.feats, verdict.features, jnp.where(verdict.active, start, beyond))
         kept = jnp.where(verdict.active, start, state.cache.lengths)
         return EagleState(rollback(state.cache, kept), feats)
-
-
-def head_drafter(draft, warper):
-    """The drafter a decoder uses for a feature head passed as its draft (None: not a head).
-
-    A decoder given an `EagleHead` drafts from it with its own warper, as it wraps a model in a
-    `ModelDrafter`.
-    """
-    if isinstance(draft, EagleHead):
-        return EagleDrafter(draft, warper)
-    return None
-
-
-def check_feature_target(target, drafter) -> None:
-    """ValueError unless a drafter that reads features reads them from `target`."""
-    if reads_features(drafter) and getattr(drafter, "target", target) != target:
-        raise ValueError(
-            f"draft: the feature head was built for another target ({drafter.target!r}); its "
-            f"features would come from this decoder's target {target!r}. Build the head with "
-            "EagleHead(target) for the target it drafts for"
-        )

@@ -1,0 +1,105 @@
+"""Medusa heads as a draft: lossless (with a reduced draft vocabulary), a planted misreported q
+caught, greedy = AR, clear errors; a tiny run trains, saves and loads them.
+
+The target is test_eagle's tiny Llama (vocab 5 for the statistical checks). False-failure rate
+of each `check_decoder` run: the kit's Bonferroni bound, 12 checks at 1e-6, about 1.2e-5.
+"""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specjax import testing
+from specjax.decoding import (
+    AutoregressiveDecoder,
+    MedusaDrafter,
+    SpeculativeDecoder,
+    TokenTree,
+    TreeSpeculativeDecoder,
+    make_warper,
+)
+from specjax.models import MedusaHeads
+from tests.heads_setup import tiny_llama
+
+T1, T0 = make_warper(1.0), make_warper(0.0)
+pytestmark = pytest.mark.runtime_bound  # tests/conftest.py: sampling 2^14 rows per prompt
+PROMPTS = ((2,), (1, 4, 3))
+
+
+def _heads(vocab, draft_ids=None, seed=0):
+    target, tp = tiny_llama(vocab, seed)
+    heads = MedusaHeads(target, 4, draft_ids=draft_ids)
+    hp = heads.with_target_columns(heads.init_params(jax.random.PRNGKey(3)), tp)
+    # Random residual blocks: every head a different, far-from-p guess.
+    keys = jax.random.split(jax.random.PRNGKey(seed + 11), 2)
+    hp = dict(hp, w=0.5 * jax.random.normal(keys[0], hp["w"].shape),
+              b=0.5 * jax.random.normal(keys[1], hp["b"].shape))  # fmt: skip
+    return target, tp, heads, hp
+
+
+def test_medusa_chain_with_a_reduced_vocabulary_is_lossless():
+    target, tp, heads, hp = _heads(5, draft_ids=(0, 2, 3))
+    dec = SpeculativeDecoder(target, heads, 3, T1, cache_len=32)
+    assert isinstance(dec.drafter, MedusaDrafter)
+    report = testing.check_decoder(dec, tp, hp, draws=1 << 14, prompts=PROMPTS)
+    print(report)
+    assert report.passed
+
+
+class _MisreportedQ(MedusaDrafter):
+    """Planted bug: reports q^0.5 (renormalised) instead of the q its tokens were drawn from."""
+
+    def propose(self, params, state, seq, key, gamma):
+        proposal = super().propose(params, state, seq, key, gamma)
+        flat = jnp.sqrt(proposal.probs)
+        return proposal.replace(probs=flat / flat.sum(-1, keepdims=True))
+
+
+def test_a_misreported_q_is_caught():
+    target, tp, heads, hp = _heads(5)
+    dec = SpeculativeDecoder(target, _MisreportedQ(heads, T1), 3, T1, cache_len=32)
+    report = testing.check_decoder(dec, tp, hp, draws=1 << 14, prompts=PROMPTS, greedy=False)
+    print(report)
+    assert not report.passed
+
+
+def test_medusa_greedy_equals_autoregressive_and_errors():
+    target, tp, heads, hp = _heads(23, seed=2)
+    prompts = [np.array([1, 2, 3, 4, 5]), np.array([7]), np.array([3, 3, 9, 1])]
+    key = jax.random.PRNGKey(0)
+    ar = AutoregressiveDecoder(target, T0, cache_len=32).generate(
+        tp, prompts=prompts, key=key, max_new_tokens=20
+    )
+    sp = SpeculativeDecoder(target, heads, 4, T0, cache_len=32).generate(
+        tp, hp, prompts=prompts, key=key, max_new_tokens=20
+    )
+    for a, b in zip(ar.new_tokens(), sp.new_tokens(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="gamma=5 exceeds the 4 Medusa heads"):
+        SpeculativeDecoder(target, heads, 5, T0, cache_len=32).generate(
+            tp, hp, prompts=prompts, key=key, max_new_tokens=4
+        )
+    with pytest.raises(ValueError, match="Medusa heads draft chains here"):
+        TreeSpeculativeDecoder(target, heads, TokenTree.from_branching((2, 1)), T0)
+    with pytest.raises(ValueError, match="num_heads must be an integer >= 1"):
+        MedusaHeads(target, 0)
+
+
+def test_a_tiny_medusa_run_trains_and_loads(tmp_path):
+    from configs.heads import get_config
+    from experiments.heads import train as heads_train
+    from specjax.training.head_run import load_head
+
+    config = get_config("tiny,medusa,steps=20")
+    summary = heads_train.run(config, str(tmp_path / "m"))
+    records = [json.loads(line) for line in open(tmp_path / "m" / "metrics.jsonl")]
+    assert summary["steps"] == 20 and records[-1]["loss"] < records[0]["loss"]
+    model, _ = heads_train.tiny_target()
+    heads, params = load_head(str(tmp_path / "m"), model)
+    assert isinstance(heads, MedusaHeads) and heads.num_heads == 4
+    assert params["w"].shape == (4, 32, 32)
