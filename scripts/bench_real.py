@@ -42,9 +42,9 @@ flags.DEFINE_integer("max_new_tokens", 64, "tokens per prompt (drafts, hf)")
 flags.DEFINE_integer("num_prompts", 24, "evaluation prompts used, spread over the tasks")
 flags.DEFINE_string("matmul", "auto", "the layout of the drafts/overhead/hf parts' target")
 flags.DEFINE_string("out", None, "directory for results.json and results.md")
-flags.DEFINE_list("heads", [], "workdirs of trained EAGLE-1 heads (configs/heads.py runs)")
+flags.DEFINE_list("heads", [], "workdirs of trained feature heads (configs/heads.py runs)")
 flags.DEFINE_list("kinds", None, "drafts/overhead parts: only drafts whose name starts so")
-flags.DEFINE_list("trees", [], "static trees each head also drafts, branchings like 2-2-1-1")
+flags.DEFINE_list("trees", [], "static trees each EAGLE head also drafts, like 2-2-1-1")
 
 
 def main(argv):

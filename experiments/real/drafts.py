@@ -6,8 +6,9 @@ Drafts (all through the same `SpeculativeDecoder`, γ fixed per run):
     `SAMPLE_PROMPTS`, which are not evaluation prompts);
   * the target's first K layers (`models.build.truncated`, sharing its embedding and head);
   * the uniform draft (α ≈ 1 / vocab: the cost of speculating with nothing);
-  * trained EAGLE-1 heads (`configs/heads.py` runs, `--heads=<workdir>`), trained on the target's
-    replies to `experiments/common/train_prompts`, never on these evaluation prompts.
+  * trained feature heads, EAGLE-1 and Medusa (`configs/heads.py` runs, `--heads=<workdir>`),
+    trained on the target's replies to `experiments/common/train_prompts`, never on these
+    evaluation prompts; EAGLE-1 heads also as static trees (`--trees=2-2-1-1`).
 
 `draft_table` decodes every evaluation prompt (batch 1, chat template) with the autoregressive
 decoder and each draft, all calls timed round-robin (`timing.interleaved`) so drift hits all
@@ -36,7 +37,7 @@ from specjax.decoding import (
 )
 from specjax.models import EagleHead, SparseBigramLM, UniformLM, fit_sparse_bigram
 from specjax.models.build import truncated
-from specjax.training.head_run import load_head_params
+from specjax.training.head_run import load_head
 
 
 def chat_ids(tokenizer, prompts) -> list[np.ndarray]:
@@ -67,8 +68,8 @@ def build_drafts(
       model, params, tokenizer: the target.
       layers: the truncated-target drafts (first K layers).
       samples: target samples for the bigram (None: drawn here).
-      heads: workdirs of trained EAGLE-1 heads (`configs/heads.py` runs), each a draft
-        "EAGLE-1 (<workdir name>)".
+      heads: workdirs of trained feature heads (`configs/heads.py` runs), each a draft
+        "EAGLE-1 (<workdir name>)" or "Medusa (<workdir name>)".
       trees: branchings (e.g. (2, 2, 1, 1)) of static trees each head also drafts: entries
         (head, params, TokenTree), decoded by `TreeSpeculativeDecoder` (Sequoia's rule: siblings
         without replacement; top-k children at t = 0).
@@ -93,14 +94,15 @@ def build_drafts(
         drafts["uniform"] = (UniformLM(vocab), {})
     for workdir in heads:
         label = os.path.basename(os.path.normpath(workdir))
-        if keep("EAGLE"):
-            head = EagleHead(model)
-            head_params = load_head_params(workdir, head)
-            drafts[f"EAGLE-1 ({label})"] = (head, head_params)
-            for branching in trees:
-                tree = TokenTree.from_branching(branching)
-                name = f"EAGLE-1 tree {'-'.join(map(str, branching))} ({label})"
-                drafts[name] = (head, head_params, tree)
+        head, head_params = load_head(workdir, model)
+        kind = "EAGLE-1" if isinstance(head, EagleHead) else "Medusa"
+        if not keep(kind):
+            continue
+        drafts[f"{kind} ({label})"] = (head, head_params)
+        for branching in trees if kind == "EAGLE-1" else ():
+            tree = TokenTree.from_branching(branching)
+            name = f"{kind} tree {'-'.join(map(str, branching))} ({label})"
+            drafts[name] = (head, head_params, tree)
     return drafts
 
 
