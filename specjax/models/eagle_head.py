@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax.models.config import TransformerConfig
+from specjax.models.draft_vocab import check_draft_ids, full_rows, target_columns
 from specjax.models.interface import causal_mask, chain_positions
 from specjax.models.kv_cache import KVCache, init_kv_cache
 from specjax.models.transformer import Block
@@ -104,12 +105,7 @@ class EagleHead:
         if self.config is None:
             object.__setattr__(self, "config", tcfg.replace(num_layers=1, matmul="xla"))
         if self.draft_ids is not None:
-            ids = tuple(int(i) for i in self.draft_ids)
-            if not ids or list(ids) != sorted(set(ids)) or ids[0] < 0 or ids[-1] >= tcfg.vocab_size:
-                raise ValueError(
-                    f"draft_ids must be sorted distinct token ids in [0, {tcfg.vocab_size}); got "
-                    f"{len(ids)} ids starting {ids[:5]}"
-                )
+            ids = check_draft_ids(self.draft_ids, tcfg.vocab_size)
             object.__setattr__(self, "draft_ids", ids)
         if self.config.embed_dim != tcfg.embed_dim:
             raise ValueError(
@@ -151,9 +147,7 @@ class EagleHead:
         """`params` with "lm_head" set to the target's output layer at `draft_ids` (a start)."""
         if self.draft_ids is None:
             return params
-        eye = jnp.eye(self.embed_dim, dtype=jnp.float32)
-        columns = self.target.unembed(target_params, eye)[:, jnp.asarray(self.draft_ids)]
-        return dict(params, lm_head=columns)
+        return dict(params, lm_head=target_columns(self.target, target_params, self.draft_ids))
 
     def forward_features(
         self, params, state, features, embeds, num_new, *, positions=None, mask=None
@@ -170,5 +164,4 @@ class EagleHead:
         if self.draft_ids is None:
             return self.target.unembed(target_params, features)
         sub = features.astype(jnp.float32) @ head_params["lm_head"].astype(jnp.float32)
-        full = jnp.full(features.shape[:-1] + (self.vocab_size,), -jnp.inf, jnp.float32)
-        return full.at[..., jnp.asarray(self.draft_ids)].set(sub)
+        return full_rows(sub, self.draft_ids, self.vocab_size)

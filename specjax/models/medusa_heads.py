@@ -17,6 +17,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from specjax.models.draft_vocab import check_draft_ids, full_rows, target_columns
+
 
 @dataclasses.dataclass(frozen=True)
 class MedusaHeads:
@@ -45,12 +47,7 @@ class MedusaHeads:
         if self.num_heads < 1:
             raise ValueError(f"num_heads must be an integer >= 1, got {self.num_heads!r}")
         if self.draft_ids is not None:
-            ids = tuple(int(i) for i in self.draft_ids)
-            if not ids or list(ids) != sorted(set(ids)) or ids[0] < 0 or ids[-1] >= tcfg.vocab_size:
-                raise ValueError(
-                    f"draft_ids must be sorted distinct token ids in [0, {tcfg.vocab_size}); got "
-                    f"{len(ids)} ids starting {ids[:5]}"
-                )
+            ids = check_draft_ids(self.draft_ids, tcfg.vocab_size)
             object.__setattr__(self, "draft_ids", ids)
 
     @property
@@ -76,9 +73,7 @@ class MedusaHeads:
         """`params` with "lm_head" set to the target's output layer at `draft_ids`."""
         if self.draft_ids is None:
             return params
-        eye = jnp.eye(self.embed_dim, dtype=jnp.float32)
-        columns = self.target.unembed(target_params, eye)[:, jnp.asarray(self.draft_ids)]
-        return dict(params, lm_head=columns)
+        return dict(params, lm_head=target_columns(self.target, target_params, self.draft_ids))
 
     def features(self, params, feature) -> jax.Array:
         """[..., embed] -> [..., K, embed]: every head's residual block on the feature."""
@@ -92,5 +87,4 @@ class MedusaHeads:
         if self.draft_ids is None:
             return self.target.unembed(target_params, h)
         sub = h @ params["lm_head"].astype(jnp.float32)
-        full = jnp.full(h.shape[:-1] + (self.vocab_size,), -jnp.inf, jnp.float32)
-        return full.at[..., jnp.asarray(self.draft_ids)].set(sub)
+        return full_rows(sub, self.draft_ids, self.vocab_size)

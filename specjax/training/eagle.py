@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from specjax.models.draft_vocab import target_columns
 from specjax.training.features import FeatureData
 
 
@@ -93,8 +94,7 @@ def output_columns(head, target_params, token_ids) -> jax.Array:
 
     Read off `unembed` of the identity, so it works for every weight layout.
     """
-    eye = jnp.eye(head.embed_dim, dtype=jnp.float32)
-    return head.target.unembed(target_params, eye)[:, jnp.asarray(token_ids)]
+    return target_columns(head.target, target_params, token_ids)
 
 
 def frequent_tokens(data: FeatureData, count: int) -> np.ndarray:

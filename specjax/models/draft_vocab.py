@@ -1,0 +1,34 @@
+"""A reduced draft vocabulary (EAGLE-3's): checked ids, the target's columns there, full rows.
+
+Feature heads (`EagleHead`, `MedusaHeads`) may draft over N token ids only, with an output layer
+of their own [embed, N]; q is 0 outside the ids, which every lossless rule allows.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def check_draft_ids(ids, vocab_size: int) -> tuple:
+    """`ids` as a tuple of ints; ValueError unless sorted, distinct and in [0, vocab_size)."""
+    ids = tuple(int(i) for i in ids)
+    if not ids or list(ids) != sorted(set(ids)) or ids[0] < 0 or ids[-1] >= vocab_size:
+        raise ValueError(
+            f"draft_ids must be sorted distinct token ids in [0, {vocab_size}); got "
+            f"{len(ids)} ids starting {ids[:5]}"
+        )
+    return ids
+
+
+def target_columns(target, target_params, ids) -> jax.Array:
+    """The target's output layer at `ids`, [embed, N], read off `unembed` of the identity (so
+    it works for every weight layout)."""
+    eye = jnp.eye(target.config.embed_dim, dtype=jnp.float32)
+    return target.unembed(target_params, eye)[:, jnp.asarray(ids)]
+
+
+def full_rows(sub: jax.Array, ids, vocab_size: int) -> jax.Array:
+    """float32 [..., vocab] logits: `sub` [..., N] at `ids`, -inf elsewhere (q = 0 there)."""
+    full = jnp.full(sub.shape[:-1] + (vocab_size,), -jnp.inf, jnp.float32)
+    return full.at[..., jnp.asarray(ids)].set(sub.astype(jnp.float32))
