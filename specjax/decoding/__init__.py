@@ -32,8 +32,10 @@ Then four rooms, one concept per file (each room's `__init__` lists its files):
     `hierarchical.py` (`SpeculativeDrafter(SpeculativeDecoder(middle, small, ...))` as the draft
     of another decoder; its draft params are (middle_params, small_params)).
   * `trees/`: token trees: `topology.py` (`TokenTree`, `tree_inputs`), `drafter.py`
-    (`TreeDrafter`), `lookup.py` (`LookupTreeDrafter`), `search.py` (Sequoia's `optimal_tree`,
-    `expected_accepted`).
+    (`TreeDrafter`), `eagle.py` (`EagleTreeDrafter`), `lookup.py` (`LookupTreeDrafter`),
+    `search.py` (Sequoia's `optimal_tree`, `expected_accepted`); EAGLE-2's dynamic trees:
+    `traced.py` (`TracedTree`, a per-row topology as data), `dynamic.py` (`DynamicTree`, the node
+    selection), `eagle_dynamic.py` (`EagleDynamicTreeDrafter`).
   * `decoders/`: `autoregressive.py`, `speculative.py` (`SpeculativeDecoder` and the shared
     propose → score → verify → emit → commit step), `verify_width.py` (verification only as wide
     as the longest drafted row, `verify_widths="auto"`), `tree.py` (`TreeSpeculativeDecoder`),
@@ -80,7 +82,9 @@ from specjax.decoding.sampling import (
 from specjax.decoding.state import DecodeStats, GenerationResult, Sequences
 from specjax.decoding.stats import summarize_stats
 from specjax.decoding.trees.drafter import TreeDrafter
+from specjax.decoding.trees.dynamic import DynamicTree
 from specjax.decoding.trees.eagle import EagleTreeDrafter
+from specjax.decoding.trees.eagle_dynamic import EagleDynamicTreeDrafter
 from specjax.decoding.trees.lookup import LookupTreeDrafter
 from specjax.decoding.trees.search import (
     expected_accepted,
@@ -89,6 +93,7 @@ from specjax.decoding.trees.search import (
     positional_from_conditional,
 )
 from specjax.decoding.trees.topology import TokenTree
+from specjax.decoding.trees.traced import TracedTree
 
 __all__ = [
     "AdaptiveDrafter",
@@ -114,6 +119,8 @@ __all__ = [
     "EagleDrafter",
     "MedusaDrafter",
     "EagleTreeDrafter",
+    "EagleDynamicTreeDrafter",
+    "DynamicTree",
     "reads_features",
     "Proposal",
     "Sequences",
@@ -123,6 +130,7 @@ __all__ = [
     "SpeculativeDrafter",
     "Temperature",
     "TokenTree",
+    "TracedTree",
     "TopK",
     "TopP",
     "TreeDrafter",

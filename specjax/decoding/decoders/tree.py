@@ -27,8 +27,11 @@ from specjax.decoding.rules.tree import tree_accept
 from specjax.decoding.sampling import Warper
 from specjax.decoding.state import last_tokens
 from specjax.decoding.trees.drafter import CHILDREN_MODES, TreeDrafter
+from specjax.decoding.trees.dynamic import DynamicTree
 from specjax.decoding.trees.eagle import EagleTreeDrafter
+from specjax.decoding.trees.eagle_dynamic import EagleDynamicTreeDrafter
 from specjax.decoding.trees.topology import TokenTree, tree_inputs
+from specjax.decoding.trees.traced import TracedTree, traced_tree_inputs
 from specjax.models.eagle_head import EagleHead
 from specjax.models.interface import check_pair, check_vocab
 from specjax.models.kv_cache import rollback
@@ -44,7 +47,9 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
       draft: a model (drafted level by level by a `TreeDrafter`), a feature head (`EagleHead`,
         drafted by an `EagleTreeDrafter`) or a tree drafter (an object with the Drafter methods
         and this decoder's `tree`, e.g. `LookupTreeDrafter`).
-      tree: the static topology (`TokenTree`; a chain is `TokenTree.chain(gamma)`).
+      tree: the static topology (`TokenTree`; a chain is `TokenTree.chain(gamma)`), or a
+        `DynamicTree` budget (EAGLE-2: each row's tree chosen per step by an `EagleHead` draft's
+        scores, its children point masses, so `replacement` does not apply).
       warper: applied to both models' logits (temperature 0 = greedy).
       replacement: sampled siblings are independent (True, SpecInfer) or drawn without
         replacement (False, Sequoia).
@@ -66,10 +71,23 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
 
     def __post_init__(self):
         # The tree's type first: the drafter check below compares trees.
-        if not isinstance(self.tree, TokenTree):
+        if not isinstance(self.tree, (TokenTree, DynamicTree)):
             raise TypeError(
-                f"tree must be a TokenTree (TokenTree.from_branching(...)); got {self.tree!r}"
+                "tree must be a TokenTree (TokenTree.from_branching(...)) or a DynamicTree; "
+                f"got {self.tree!r}"
             )
+        if isinstance(self.tree, DynamicTree):
+            if not isinstance(self.draft, EagleHead) and not is_drafter(self.draft):
+                raise ValueError(
+                    f"draft: a DynamicTree is drafted by a feature head (EagleHead) or a drafter "
+                    f"that proposes per-row trees; got {type(self.draft).__name__} (a model "
+                    "draft takes a static TokenTree)"
+                )
+            if self.children == "sample":
+                raise ValueError(
+                    "children='sample' cannot build a DynamicTree: its children are the draft's "
+                    "top-k (point masses), chosen by the draft's scores"
+                )
         if isinstance(self.draft, MedusaHeads):
             raise ValueError(
                 "draft: Medusa heads draft chains here (SpeculativeDecoder); a tree of their "
@@ -103,6 +121,8 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
         """The proposer: `draft` if it is a drafter, else a TreeDrafter around the model."""
         if is_drafter(self.draft):
             return self.draft
+        if isinstance(self.draft, EagleHead) and isinstance(self.tree, DynamicTree):
+            return EagleDynamicTreeDrafter(self.draft, self.warper, self.tree)
         if isinstance(self.draft, EagleHead):  # a feature head, with this decoder's warper
             return EagleTreeDrafter(
                 self.draft, self.warper, self.tree, self.replacement, self.children
@@ -127,10 +147,13 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
     def score(self, target_params, t_state, seq, proposal, active, features: bool = False):
         """The target's logits [batch, N, vocab] at every node of the tree and its state; with
         `features`, also its hidden states at every node [batch, N, embed]."""
-        tree = self.tree
+        tree = self.topology(proposal)
         nodes = jnp.concatenate([last_tokens(seq, 1), proposal.tokens], axis=1)  # [batch, N]
         starts = t_state.lengths  # [batch] = L - 1: the root's slot
-        positions, mask = tree_inputs(tree, starts, self.cache_len)
+        if isinstance(tree, TracedTree):
+            positions, mask = traced_tree_inputs(tree, starts, self.cache_len)
+        else:
+            positions, mask = tree_inputs(tree, starts, self.cache_len)
         num_new = jnp.where(active, tree.num_nodes, 0).astype(jnp.int32)
         if features:
             out = self.target.forward(
@@ -140,6 +163,15 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
         return self.target.apply(
             target_params, t_state, nodes, num_new, positions=positions, mask=mask
         )
+
+    def topology(self, proposal):
+        """The tree this proposal fills: the static `tree`, or the per-row `TracedTree` of a
+        dynamic tree (`proposal.parents`)."""
+        if proposal.parents is None:
+            if isinstance(self.tree, DynamicTree):
+                raise ValueError(f"{self.drafter!r} proposed no per-row tree for {self.tree}")
+            return self.tree
+        return TracedTree(proposal.parents, self.tree.max_depth, self.tree.max_branch)
 
     @staticmethod
     def accepted_features(hidden, path):
@@ -161,7 +193,7 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
             valid = jnp.concatenate([jnp.ones((batch, 1), bool), valid], axis=1)
         return tree_accept(
             key,
-            self.tree,
+            self.topology(proposal),
             node_tokens,
             probs,
             p,
@@ -172,27 +204,38 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
 
     def commit_target(self, t_state, old_len, n, path, active):
         """Moves the accepted path to slots L - 1 .. L - 1 + n; keeps L + n tokens."""
-        identity = jnp.arange(self.tree.max_depth + 1)[None, :]
+        identity = jnp.arange(self.depth + 1)[None, :]
         index = jnp.where(active[:, None], jnp.maximum(path, 0), identity)
         t_state = t_state.select(old_len - 1, index)
         return rollback(t_state, jnp.where(active, old_len + n, t_state.lengths))
 
     def acceptance_events(self, proposal, n, path, active):
         """(accepted, tested [batch, depth], accepted rank [batch, depth, branch])."""
-        tree = self.tree
+        tree = self.topology(proposal)
+        batch = n.shape[0]
         depth = jnp.arange(tree.max_depth)[None, :]  # [1, depth]
         accepted = (depth < n[:, None]) & active[:, None]
-        slots = jnp.asarray(tree.child_slots())  # [N, branch]
+        if isinstance(tree, TracedTree):
+            slots, node_ranks = tree.child_slots(), tree.ranks()  # [batch, N, branch], [batch, N]
+        else:
+            slots = jnp.asarray(tree.child_slots())  # [N, branch]
+            node_ranks = jnp.asarray(np.asarray(tree.ranks, np.int32))[None, :]  # [1, N]
         if proposal.valid is None:
-            has_children = jnp.broadcast_to((slots >= 0).any(-1), (n.shape[0], tree.num_nodes))
+            has_children = jnp.broadcast_to((slots >= 0).any(-1), (batch, tree.num_nodes))
         else:
             valid = jnp.concatenate([jnp.ones_like(proposal.valid[:, :1]), proposal.valid], 1)
-            child_valid = jnp.take(valid, jnp.maximum(slots, 0), axis=1) & (slots >= 0)
+            if slots.ndim == 2:
+                child_valid = jnp.take(valid, jnp.maximum(slots, 0), axis=1) & (slots >= 0)
+            else:
+                flat = jnp.maximum(slots, 0).reshape(batch, -1)
+                child_valid = jnp.take_along_axis(valid, flat, axis=1).reshape(slots.shape)
+                child_valid = child_valid & (slots >= 0)
             has_children = child_valid.any(-1)  # [batch, N]
         at_depth = jnp.maximum(path[:, :-1], 0)  # [batch, depth] the node reached at each depth
         reached_kids = jnp.take_along_axis(has_children, at_depth, axis=1)
         tested = (depth <= n[:, None]) & reached_kids & active[:, None]
-        ranks = jnp.asarray(np.asarray(tree.ranks, np.int32))[jnp.maximum(path[:, 1:], 0)]
+        node_ranks = jnp.broadcast_to(node_ranks, (batch, tree.num_nodes))
+        ranks = jnp.take_along_axis(node_ranks, jnp.maximum(path[:, 1:], 0), axis=1)
         one_hot = ranks[..., None] == jnp.arange(tree.max_branch)[None, None, :]
         rank = (one_hot & accepted[..., None]).astype(jnp.int32)  # [batch, depth, branch]
         return accepted, tested, rank

@@ -94,6 +94,8 @@ class Proposal:
         never tried), or None: all.
       num_calls: int32 [] draft forward calls when known only at run time (a draft loop that
         stops early), overriding `calls`; None: `calls`.
+      parents: int32 [batch, N] a dynamic tree's per-row topology (node 0 the root, parent -1;
+        a `TracedTree`'s parents), or None: the decoder's static tree.
     """
 
     tokens: jax.Array
@@ -103,6 +105,7 @@ class Proposal:
     calls: int = struct.field(pytree_node=False, default=0)
     valid: jax.Array | None = None
     num_calls: jax.Array | None = None
+    parents: jax.Array | None = None
 
 
 @struct.dataclass

@@ -25,7 +25,11 @@ descending repeats the argument one level down):
     point mass, so x is accepted with probability r(x) and rejected x is removed from r.
 
 Node 0 is the root (the last committed token); the topology (`TokenTree`, `tree_inputs`,
-`draw_children`) is `specjax/decoding/trees/topology.py`.
+`draw_children`) is `specjax/decoding/trees/topology.py`. The topology may also be data: a
+`TracedTree` (`trees/traced.py`) holds per-row parents, walked by the same code (a static tree
+lifted into it gives bit-identical outputs). EAGLE-2's dynamic trees use it: such a tree keeps
+or drops each node by the draft's own scores, so its children are verified as point masses
+(`draft_probs=None`); Sequoia's sampled rule on a tree pruned by its own draws is biased.
 """
 
 from __future__ import annotations
@@ -39,15 +43,21 @@ from specjax import checks
 from specjax.decoding.rules._common import normalise, residual_distribution
 from specjax.decoding.sampling import sample_from_probs
 from specjax.decoding.trees.topology import TokenTree
+from specjax.decoding.trees.traced import TracedTree
 
 
 def _check_args(tree, node_tokens, draft_probs, target_probs, valid) -> None:
-    if not isinstance(tree, TokenTree):
-        raise TypeError(f"tree must be a TokenTree; got {tree!r}")
+    if not isinstance(tree, (TokenTree, TracedTree)):
+        raise TypeError(f"tree must be a TokenTree or a TracedTree; got {tree!r}")
     n = tree.num_nodes
     checks.check_rank("node_tokens", node_tokens, 2, "[batch, num_nodes]")
     checks.check_int("node_tokens", node_tokens)
     batch = node_tokens.shape[0]
+    if isinstance(tree, TracedTree) and tree.parents.shape != (batch, n):
+        raise ValueError(
+            f"tree.parents must have shape [batch, num_nodes] = [{batch}, {n}]; got "
+            f"{tuple(tree.parents.shape)}"
+        )
     if node_tokens.shape[1] != n:
         raise ValueError(
             f"node_tokens must have shape [batch, num_nodes] = [{batch}, {n}] for a tree of {n} "
@@ -66,11 +76,10 @@ def _check_args(tree, node_tokens, draft_probs, target_probs, valid) -> None:
             raise ValueError(f"node_tokens must lie in [0, {vocab}); got values in [{lo}, {hi}]")
 
 
-def _accept_row(key, tree, replacement, tokens, q, p, valid):
-    """tree_accept for one row: tokens [N], q [N, V] | None, p [N, V], valid [N]."""
+def _accept_row(key, slots, depth_max, replacement, tokens, q, p, valid):
+    """tree_accept for one row: slots [N, B] (children by rank, -1 padded), tokens [N],
+    q [N, V] | None, p [N, V], valid [N]; depth_max static."""
     n, vocab = p.shape
-    depth_max = tree.max_depth
-    slots = jnp.asarray(tree.child_slots())  # [N, B]
     k_coin, k_final = jax.random.split(key)
     coins = jax.random.uniform(k_coin, (n,), jnp.float32)  # one per node: each is tried once
 
@@ -138,7 +147,8 @@ def tree_accept(
 
     Args:
       key: a PRNG key (rows draw independent randomness from it).
-      tree: the static topology.
+      tree: the topology: a static `TokenTree`, or a `TracedTree` (per-row parents [batch, N],
+        e.g. a dynamic tree), verified by the same walk.
       node_tokens: int [batch, N] the token at each node (entry 0, the root, is ignored).
       draft_probs: float [batch, N, vocab]: for node i >= 1 the distribution its token was drawn
         from (with `replacement=False`: the parent's unreduced q, the same for all siblings);
@@ -167,12 +177,16 @@ def tree_accept(
         token = sample_from_probs(key, p[:, 0])
         return token[:, None], jnp.zeros((batch,), jnp.int32), jnp.zeros((batch, 1), jnp.int32)
     keys = jax.random.split(key, batch)
-    row = functools.partial(_accept_row, tree=tree, replacement=bool(replacement))
+    row = functools.partial(_accept_row, depth_max=tree.max_depth, replacement=bool(replacement))
     in_q = 0 if q is not None else None
+    if isinstance(tree, TracedTree):
+        slots, in_slots = tree.child_slots(), 0  # [batch, N, B]
+    else:
+        slots, in_slots = jnp.asarray(tree.child_slots()), None  # [N, B], a constant
     out, count, path, token = jax.vmap(
-        lambda k, t, qq, pp, v: row(k, tokens=t, q=qq, p=pp, valid=v),
-        in_axes=(0, 0, in_q, 0, 0),
-    )(keys, tokens, q, p, valid)
+        lambda k, s, t, qq, pp, v: row(k, slots=s, tokens=t, q=qq, p=pp, valid=v),
+        in_axes=(0, in_slots, 0, in_q, 0, 0),
+    )(keys, slots, tokens, q, p, valid)
     c = count[:, None]
     index = jnp.arange(tree.max_depth + 1)[None, :]
     out = jnp.where(index < c, out, jnp.where(index == c, token[:, None], fill_value))
