@@ -179,7 +179,7 @@ def _train_command(workdir, steps):
         "-m",
         "experiments.main",
         f"--config={REPO}/configs/train.py:model=tiny_target,steps={steps}",
-        "--config.checkpoint_every=10",
+        "--config.checkpoint_every=25",
         "--config.eval_every=100000",
         "--config.log_every=50",
         f"--workdir={workdir}",
@@ -196,11 +196,22 @@ def _steps_on_disk(workdir):
 @pytest.mark.slow
 def test_sigkill_then_restart_matches_an_uninterrupted_run(tmp_path):
     # A training process is killed with SIGKILL once its checkpoint at step >= 50 is on disk
-    # (of 300 steps), restarted, and must end with exactly the parameters of a run that was
-    # never interrupted. Each process is bounded by a timeout.
-    steps = 300
+    # (of 150 steps), restarted, and must end with exactly the parameters of a run that was
+    # never interrupted. Each process is bounded by a timeout. The uninterrupted run shares
+    # nothing with the killed one (own workdir), so it runs beside it instead of after it. A
+    # checkpoint every 25 steps (orbax saves cost more than these steps) and 100 steps after
+    # step 50 leave the 20 ms poll ample time to kill mid-run, between checkpoints.
+    steps = 150
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     killed_dir, whole_dir = str(tmp_path / "killed"), str(tmp_path / "whole")
+    whole_log = open(tmp_path / "whole.log", "wb")  # noqa: SIM115 (closed below)
+    whole = subprocess.Popen(
+        _train_command(whole_dir, steps),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=whole_log,
+    )
     proc = subprocess.Popen(
         _train_command(killed_dir, steps),
         cwd=REPO,
@@ -217,19 +228,23 @@ def test_sigkill_then_restart_matches_an_uninterrupted_run(tmp_path):
         assert proc.poll() is None, "training finished before the kill: make it longer"
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == -signal.SIGKILL
-    killed_at = max(_steps_on_disk(killed_dir))
-    assert killed_at < steps
-    logs = {}
-    for workdir in (killed_dir, whole_dir):
+        assert proc.returncode == -signal.SIGKILL
+        killed_at = max(_steps_on_disk(killed_dir))
+        assert killed_at < steps
+        logs = {}
         done = subprocess.run(
-            _train_command(workdir, steps), cwd=REPO, env=env, capture_output=True, timeout=300
+            _train_command(killed_dir, steps), cwd=REPO, env=env, capture_output=True, timeout=300
         )
         assert done.returncode == 0, done.stderr.decode()[-3000:]
-        logs[workdir] = done.stderr.decode()
+        logs[killed_dir] = done.stderr.decode()
+        whole.wait(timeout=300)
+        assert whole.returncode == 0, (tmp_path / "whole.log").read_text()[-3000:]
+    finally:
+        for p in (proc, whole):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        whole_log.close()
     assert f"(step {killed_at})" in logs[killed_dir] and "Resuming from" in logs[killed_dir]
     _, p_killed, meta_killed = ckpt_lib.load_model(killed_dir)
     _, p_whole, meta_whole = ckpt_lib.load_model(whole_dir)
