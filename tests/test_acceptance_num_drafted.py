@@ -15,11 +15,12 @@ at p < 1e-6 each: a correct rule fails this file with probability <= 2e-5 (Bonfe
 Negative controls (each must be rejected at p < 1e-12, far below the 1e-6 threshold): the rule
 with the bonus drawn from the residual against the padding draft (the static-shape trap of
 ALGORITHMS.md §2), and the rule that ignores num_drafted when accepting.
+
+Compiled sampling programs: 3, one per case shape (positional v16 γ = 3, its deterministic-draft
+variant, Dirichlet v8 γ = 5); the drafted count and the negative controls' variant are traced.
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import chex
 import jax
@@ -30,6 +31,7 @@ import stats_util
 from stats_util import Case
 
 from specjax.decoding import residual_distribution, sample_from_probs, speculative_accept
+from specjax.testing import sampler
 from specjax.testing.stats import PVALUE_THRESHOLD, pooled_chi2
 
 pytestmark = pytest.mark.runtime_bound  # sampling dominates: tests/conftest.py
@@ -130,37 +132,38 @@ def test_new_num_drafted_values_do_not_retrace():
 # -- statistical -------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Ragged:
-    """The rule with every row drafting `drafted` of its gamma tokens (hashable, for jit).
+MODES = {"exact": 0, "residual_bonus": 1, "ignore": 2}
 
-    `mode` selects a biased variant for the negative controls: "residual_bonus" draws the token
-    after d accepted drafts from norm(max(p_d - q_d, 0)) (q_d: the padding draft's row) instead
-    of p_d; "ignore" does not tell the rule about num_drafted at all.
+
+def _ragged_accept(key, draft_tokens, draft_probs, target_probs, drafted, mode):
+    """The rule with every row drafting `drafted` of its gamma tokens.
+
+    `drafted` and `mode` are traced int32 scalars (the sampler's `params`), so every case of one
+    shape and its negative controls share one compiled program. `mode` (MODES) selects a biased
+    variant for the negative controls: "residual_bonus" draws the token after d accepted drafts
+    from norm(max(p_d - q_d, 0)) (q_d: the padding draft's row) instead of p_d; "ignore" does
+    not tell the rule about the row's num_drafted: it passes num_drafted = gamma, which
+    test_num_drafted_equal_to_gamma_is_bit_identical_to_none shows is the rule without it.
     """
+    batch, gamma = draft_tokens.shape
+    num = jnp.where(mode == MODES["ignore"], gamma, drafted)
+    num = jnp.full((batch,), num, jnp.int32)  # [batch]
+    tokens, n = speculative_accept(key, draft_tokens, draft_probs, target_probs, num_drafted=num)
 
-    drafted: int
-    mode: str = "exact"
+    def residual_bonus(tokens):
+        q_d = (
+            draft_probs[:, drafted]
+            if draft_probs is not None
+            else jax.nn.one_hot(draft_tokens[:, drafted], target_probs.shape[-1])
+        )  # [batch, vocab]
+        biased = sample_from_probs(
+            jax.random.fold_in(key, 99), residual_distribution(target_probs[:, drafted], q_d)
+        )  # [batch]
+        return tokens.at[:, drafted].set(jnp.where(n == drafted, biased, tokens[:, drafted]))
 
-    def __call__(self, key, draft_tokens, draft_probs, target_probs):
-        num = jnp.full((draft_tokens.shape[0],), self.drafted, jnp.int32)
-        if self.mode == "ignore":
-            return speculative_accept(key, draft_tokens, draft_probs, target_probs)
-        tokens, n = speculative_accept(
-            key, draft_tokens, draft_probs, target_probs, num_drafted=num
-        )
-        if self.mode == "residual_bonus":
-            d = self.drafted
-            q_d = (
-                draft_probs[:, d]
-                if draft_probs is not None
-                else jax.nn.one_hot(draft_tokens[:, d], target_probs.shape[-1])
-            )
-            biased = sample_from_probs(
-                jax.random.fold_in(key, 99), residual_distribution(target_probs[:, d], q_d)
-            )
-            tokens = tokens.at[:, d].set(jnp.where(n == d, biased, tokens[:, d]))
-        return tokens, n
+    # `mode` is not batched by the sampler's vmap: the branch not taken is not run.
+    tokens = jax.lax.cond(mode == MODES["residual_bonus"], residual_bonus, lambda t: t, tokens)
+    return tokens, n
 
 
 def _cases():
@@ -182,10 +185,18 @@ def _cases():
 CASES = _cases()
 
 
-def _samples(name, mode="exact", seed_offset=0):
+def _samples(name, mode="exact"):
+    """stats_util.sample_case's draws (2^20 keys, two chained calls) of the case's rule."""
     case, drafted = CASES[name]
-    seed = 100 + list(CASES).index(name) + seed_offset
-    return stats_util.sample_case(case, Ragged(drafted, mode), seed=seed)
+    drawn = sampler.sample_stream(
+        case.as_kit_case(),
+        _ragged_accept,
+        seed=100 + list(CASES).index(name),
+        params=(jnp.int32(drafted), jnp.int32(MODES[mode])),
+        pass_drafted=False,
+        num_samples=stats_util.NUM_SAMPLES,
+    )
+    return stats_util.Samples(drawn.streams, drawn.first_n, drawn.first_call)
 
 
 def _after_drafts_chi2(case, drafted, samples):
