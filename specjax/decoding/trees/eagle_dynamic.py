@@ -49,11 +49,21 @@ class EagleDynamicTreeDrafter(EagleDrafter):
     # pruned tree that the checks must catch. False here: no q is computed.
     parent_q = False
 
-    def _scores(self, params, feats):
-        """(log-softmax [..., vocab] (<= 0), the warped q or None) at features [..., embed]."""
-        logits = self.head.logits(*params, feats).astype(jnp.float32)
+    def _top_k(self, params, feats, k: int):
+        """The head's top-k at features [..., embed]: (log q [..., k] (<= 0), tokens [..., k],
+        the warped q [..., vocab] or None). With a draft vocabulary the top-k is taken over its
+        N ids (the same values and order as over the full row, where the rest is -inf)."""
+        target_params, head_params = params
+        ids = self.head.draft_ids
+        if ids is not None and k <= len(ids) and not self.parent_q:
+            sub = feats.astype(jnp.float32) @ head_params["lm_head"].astype(jnp.float32)
+            log_q = jnp.minimum(jax.nn.log_softmax(sub, axis=-1), 0.0)
+            scores, index = jax.lax.top_k(log_q, k)
+            return scores, jnp.asarray(ids, jnp.int32)[index], None
+        logits = self.head.logits(target_params, head_params, feats).astype(jnp.float32)
         log_q = jnp.minimum(jax.nn.log_softmax(logits, axis=-1), 0.0)
-        return log_q, (self.warper.probs(logits) if self.parent_q else None)
+        scores, tokens = jax.lax.top_k(log_q, k)
+        return scores, tokens, (self.warper.probs(logits) if self.parent_q else None)
 
     def propose(self, params, state, seq: Sequences, key, gamma: int) -> Proposal:
         """Drafts N - 1 nodes: tokens [batch, N - 1], probs None, parents [batch, N]."""
@@ -72,8 +82,7 @@ class EagleDynamicTreeDrafter(EagleDrafter):
         max_len = cache.max_len
         slots = 1 + (depth - 1) * k  # head slots past the root: the root pair, expanded nodes
 
-        log_q, q = self._scores(params, f_root)
-        score, tok = jax.lax.top_k(log_q, k)  # [batch, k]
+        score, tok, q = self._top_k(params, f_root, k)  # [batch, k]
         pool_tok, pool_score = [tok], [score]
         pool_q = [jnp.repeat(q[:, None], k, axis=1)] if q is not None else []
         pool_parent = [jnp.full((batch, k), -1, jnp.int32)]
@@ -107,8 +116,7 @@ class EagleDynamicTreeDrafter(EagleDrafter):
                 positions=positions,
                 mask=mask,
             )
-            log_q, q = self._scores(params, feats)
-            child_score, child_tok = jax.lax.top_k(log_q, k)  # [batch, k, k]
+            child_score, child_tok, q = self._top_k(params, feats, k)  # [batch, k, k]
             if q is not None:
                 pool_q.append(jnp.repeat(q, k, axis=1))
             level_score = (score[:, :, None] + child_score).reshape(batch, k * k)
