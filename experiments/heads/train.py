@@ -13,12 +13,13 @@ import jax
 import numpy as np
 from absl import logging
 
-from specjax.models import EagleHead, MedusaHeads, TransformerConfig, TransformerLM
+from specjax.models import EagleHead, MedusaHeads, TransformerConfig, TransformerLM, with_matmul
+from specjax.models.distilled_draft import DistilledDraft
 from specjax.training.eagle import frequent_tokens
 from specjax.training.features import FeatureData, generate_replies, score_features
 from specjax.training.head_run import train_head
 
-HEADS = ("eagle1", "medusa")
+HEADS = ("eagle1", "medusa", "distilled")
 
 
 def tiny_target(vocab: int = 29, seed: int = 0):
@@ -58,8 +59,8 @@ def load_target(name: str):
 
 
 def run(config, workdir: str) -> dict:
-    """Trains the configured head (EAGLE-1 or Medusa); returns the run's summary (also in
-    workdir/summary.json)."""
+    """Trains the configured head (EAGLE-1, Medusa or a distilled draft); returns the run's
+    summary (also in workdir/summary.json)."""
     if config.head not in HEADS:
         raise ValueError(f"config.head must be one of {HEADS}, got {config.head!r}")
     model, params, tokenizer = load_target(config.target)
@@ -81,7 +82,15 @@ def run(config, workdir: str) -> dict:
                 f"config.draft_vocab must be in [0, {model.vocab_size}], got {config.draft_vocab}"
             )
         draft_ids = tuple(frequent_tokens(data, config.draft_vocab).tolist())
-    if config.head == "medusa":
+    if config.head == "distilled":  # a model draft: trained in the "xla" layout
+        if draft_ids is not None or config.train.reply_only:
+            raise ValueError(
+                "config.draft_vocab and config.train.reply_only: a distilled draft drafts over "
+                "the full vocabulary and trains on every position (set both to 0/False)"
+            )
+        model, params = with_matmul(model, params, "xla")
+        head = DistilledDraft(model, config.num_layers)
+    elif config.head == "medusa":
         head = MedusaHeads(model, config.num_heads, draft_ids=draft_ids)
     else:
         head = EagleHead(model, draft_ids=draft_ids)

@@ -160,8 +160,13 @@ def eagle_loss(
 
 
 def head_loss(head, head_params, target_params, batch, key, *, noise, ce_weight, columns):
-    """The loss of any feature head: `eagle_loss` for an EagleHead, `medusa_loss` for Medusa
-    heads (which read no noise key and have no feature term)."""
+    """The loss of any trained draft: `eagle_loss` for an EagleHead, `medusa_loss` for Medusa
+    heads (which read no noise key and have no feature term), `distilled_draft_loss` for a
+    `DistilledDraft` (KL to the target's p; its target params in the "xla" layout)."""
+    if hasattr(head, "num_layers") and hasattr(head, "full_params"):
+        from specjax.training.distilled_draft import distilled_draft_loss
+
+        return distilled_draft_loss(head, head_params, target_params, batch, columns=columns)
     if hasattr(head, "num_heads"):
         from specjax.training.medusa import medusa_loss
 

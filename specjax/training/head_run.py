@@ -53,8 +53,9 @@ def train_head(head, target_params, data, workdir: str, *, log=print, stop_after
     """Trains `head` on `data` (a `FeatureData`) into `workdir`, resuming if it can.
 
     Args:
-      head: an `EagleHead` or `MedusaHeads`.
-      target_params: the target's params (frozen).
+      head: an `EagleHead`, `MedusaHeads` or `DistilledDraft`.
+      target_params: the target's params (frozen; a DistilledDraft's target in the "xla"
+        layout).
       data: the feature data.
       workdir: run directory (checkpoints, metrics.jsonl, summary.json).
       log: callable(str) for progress lines.
@@ -148,7 +149,12 @@ def train_head(head, target_params, data, workdir: str, *, log=print, stop_after
 def describe_head(head) -> dict:
     """What a run records of its head, enough to rebuild it for a target (`load_head`)."""
     kind = type(head).__name__
-    shape = str(head.config) if kind == "EagleHead" else f"num_heads={head.num_heads}"
+    if kind == "EagleHead":
+        shape = str(head.config)
+    elif kind == "DistilledDraft":
+        shape = f"num_layers={head.num_layers} of {head.target.config.replace(matmul='xla')}"
+    else:
+        shape = f"num_heads={head.num_heads}"
     ids = None if head.draft_ids is None else list(head.draft_ids)
     return {"kind": kind, "head": shape, "draft_ids": ids}
 
@@ -170,20 +176,31 @@ def _run_settings(workdir: str) -> tuple[str, dict]:
 
 
 def load_head(workdir: str, target):
-    """(the head for `target`, its newest good params) of a head run directory (an EagleHead or
-    MedusaHeads, as the run recorded).
+    """(the head for `target`, its newest good params) of a head run directory (an EagleHead,
+    MedusaHeads or DistilledDraft, as the run recorded; a DistilledDraft's params are its own
+    blocks: `DistilledDraft.decode_model` makes the model draft).
 
     The head's draft vocabulary (if any) comes from the run's settings; params are checked
     against their checksums (a damaged newest checkpoint falls back to the one before).
     """
+    from specjax.models.distilled_draft import DistilledDraft
     from specjax.models.eagle_head import EagleHead
     from specjax.models.medusa_heads import MedusaHeads
 
     directory, settings = _run_settings(workdir)
     ids = settings.get("draft_ids")
     ids = None if ids is None else tuple(ids)
-    if settings.get("kind", "EagleHead") == "MedusaHeads":
+    kind = settings.get("kind", "EagleHead")
+    if kind == "MedusaHeads":
         head = MedusaHeads(target, int(settings["head"].split("=")[1]), draft_ids=ids)
+    elif kind == "DistilledDraft":
+        layers = int(settings["head"].split()[0].split("=")[1])
+        head = DistilledDraft(target, layers)
+        if settings["head"] != describe_head(head)["head"]:
+            raise ValueError(
+                f"the draft in {workdir!r} was distilled for another target shape "
+                f"({settings['head']})"
+            )
     else:
         head = EagleHead(target, draft_ids=ids)
         if settings.get("head") != str(head.config):
