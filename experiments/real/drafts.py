@@ -8,7 +8,10 @@ Drafts (all through the same `SpeculativeDecoder`, γ fixed per run):
   * the uniform draft (α ≈ 1 / vocab: the cost of speculating with nothing);
   * trained feature heads, EAGLE-1 and Medusa (`configs/heads.py` runs, `--heads=<workdir>`),
     trained on the target's replies to `experiments/common/train_prompts`, never on these
-    evaluation prompts; EAGLE-1 heads also as static trees (`--trees=2-2-1-1`).
+    evaluation prompts; EAGLE-1 heads also as static trees (`--trees=2-2-1-1`) and as EAGLE-2
+    dynamic trees (`--dynamic=5-4-16`: depth, top-k, nodes);
+  * distilled small transformers (`configs/heads.py:distilled` runs, `--heads=<workdir>`, the
+    SpS baseline), decoded as plain model drafts.
 
 `draft_table` decodes every evaluation prompt (batch 1, chat template) with the autoregressive
 decoder and each draft, all calls timed round-robin (`timing.interleaved`) so drift hits all
@@ -37,6 +40,7 @@ from specjax.decoding import (
 )
 from specjax.models import EagleHead, SparseBigramLM, UniformLM, fit_sparse_bigram
 from specjax.models.build import truncated
+from specjax.models.distilled_draft import DistilledDraft
 from specjax.training.head_run import load_head
 
 
@@ -77,8 +81,8 @@ def build_drafts(
       model, params, tokenizer: the target.
       layers: the truncated-target drafts (first K layers).
       samples: target samples for the bigram (None: drawn here).
-      heads: workdirs of trained feature heads (`configs/heads.py` runs), each a draft
-        "EAGLE-1 (<workdir name>)" or "Medusa (<workdir name>)".
+      heads: workdirs of trained drafts (`configs/heads.py` runs), each a draft
+        "EAGLE-1 (<workdir name>)", "Medusa (<workdir name>)" or "distilled K layers (...)".
       trees: branchings (e.g. (2, 2, 1, 1)) of static trees each head also drafts: entries
         (head, params, TokenTree), decoded by `TreeSpeculativeDecoder` (Sequoia's rule: siblings
         without replacement; top-k children at t = 0).
@@ -107,6 +111,11 @@ def build_drafts(
     for workdir in heads:
         label = os.path.basename(os.path.normpath(workdir))
         head, head_params = load_head(workdir, model)
+        if isinstance(head, DistilledDraft):  # a plain model draft once trained
+            name = f"distilled {head.num_layers} layers ({label})"
+            if keep(name):
+                drafts[name] = head.decode_model(head_params, params)
+            continue
         kind = "EAGLE-1" if isinstance(head, EagleHead) else "Medusa"
         named = {f"{kind} ({label})": None}
         for branching in trees if kind == "EAGLE-1" else ():
