@@ -1,5 +1,6 @@
-"""Medusa heads as a draft: lossless (with a reduced draft vocabulary), a planted misreported q
-caught, greedy = AR, clear errors; a tiny run trains, saves and loads them.
+"""Medusa heads as a draft: lossless in chains (with a reduced draft vocabulary) and in trees
+(siblings with and without replacement), a planted misreported q caught, greedy = AR (chain and
+top-k tree), clear errors; a tiny run trains, saves and loads them.
 
 The target is test_eagle's tiny Llama (vocab 5 for the statistical checks). False-failure rate
 of each `check_decoder` run: the kit's Bonferroni bound, 12 checks at 1e-6, about 1.2e-5.
@@ -18,6 +19,7 @@ from specjax import testing
 from specjax.decoding import (
     AutoregressiveDecoder,
     MedusaDrafter,
+    MedusaTreeDrafter,
     SpeculativeDecoder,
     TokenTree,
     TreeSpeculativeDecoder,
@@ -68,6 +70,18 @@ def test_a_misreported_q_is_caught():
     assert not report.passed
 
 
+@pytest.mark.parametrize("replacement", [False, True], ids=["sequoia", "specinfer"])
+def test_medusa_tree_is_lossless(replacement):
+    """Children drawn from head d's q at every depth-d node (the tree's shape fixed first)."""
+    target, tp, heads, hp = _heads(5)
+    tree = TokenTree.from_branching((3, 2))
+    dec = TreeSpeculativeDecoder(target, heads, tree, T1, replacement=replacement, cache_len=32)
+    assert isinstance(dec.drafter, MedusaTreeDrafter)
+    report = testing.check_decoder(dec, tp, hp, draws=1 << 14, prompts=PROMPTS)
+    print(report)
+    assert report.passed
+
+
 def test_medusa_greedy_equals_autoregressive_and_errors():
     target, tp, heads, hp = _heads(23, seed=2)
     prompts = [np.array([1, 2, 3, 4, 5]), np.array([7]), np.array([3, 3, 9, 1])]
@@ -84,8 +98,14 @@ def test_medusa_greedy_equals_autoregressive_and_errors():
         SpeculativeDecoder(target, heads, 5, T0, cache_len=32).generate(
             tp, hp, prompts=prompts, key=key, max_new_tokens=4
         )
-    with pytest.raises(ValueError, match="Medusa heads draft chains here"):
-        TreeSpeculativeDecoder(target, heads, TokenTree.from_branching((2, 1)), T0)
+    with pytest.raises(ValueError, match="depth 5 exceeds the 4 Medusa heads"):
+        TreeSpeculativeDecoder(target, heads, TokenTree.from_branching((2, 1, 1, 1, 1)), T0)
+    tree = TreeSpeculativeDecoder(target, heads, TokenTree.from_branching((3, 2, 1)), T0,
+                                  cache_len=48)  # fmt: skip
+    assert isinstance(tree.drafter, MedusaTreeDrafter) and tree.drafter.deterministic
+    sp = tree.generate(tp, hp, prompts=prompts, key=key, max_new_tokens=20)
+    for a, b in zip(ar.new_tokens(), sp.new_tokens(), strict=True):
+        np.testing.assert_array_equal(a, b)
     with pytest.raises(ValueError, match="num_heads must be an integer >= 1"):
         MedusaHeads(target, 0)
 

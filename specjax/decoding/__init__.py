@@ -32,7 +32,8 @@ Then four rooms, one concept per file (each room's `__init__` lists its files):
     `hierarchical.py` (`SpeculativeDrafter(SpeculativeDecoder(middle, small, ...))` as the draft
     of another decoder; its draft params are (middle_params, small_params)).
   * `trees/`: token trees: `topology.py` (`TokenTree`, `tree_inputs`), `drafter.py`
-    (`TreeDrafter`), `eagle.py` (`EagleTreeDrafter`), `lookup.py` (`LookupTreeDrafter`),
+    (`TreeDrafter`), `eagle.py` (`EagleTreeDrafter`), `medusa.py` (`MedusaTreeDrafter`),
+    `lookup.py` (`LookupTreeDrafter`),
     `search.py` (Sequoia's `optimal_tree`, `expected_accepted`); EAGLE-2's dynamic trees:
     `traced.py` (`TracedTree`, a per-row topology as data), `dynamic.py` (`DynamicTree`, the node
     selection), `eagle_dynamic.py` (`EagleDynamicTreeDrafter`).
@@ -86,6 +87,7 @@ from specjax.decoding.trees.dynamic import DynamicTree
 from specjax.decoding.trees.eagle import EagleTreeDrafter
 from specjax.decoding.trees.eagle_dynamic import EagleDynamicTreeDrafter
 from specjax.decoding.trees.lookup import LookupTreeDrafter
+from specjax.decoding.trees.medusa import MedusaTreeDrafter
 from specjax.decoding.trees.search import (
     expected_accepted,
     hardware_aware_tree,
@@ -120,6 +122,7 @@ __all__ = [
     "MedusaDrafter",
     "EagleTreeDrafter",
     "EagleDynamicTreeDrafter",
+    "MedusaTreeDrafter",
     "DynamicTree",
     "reads_features",
     "Proposal",

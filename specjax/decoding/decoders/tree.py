@@ -30,6 +30,7 @@ from specjax.decoding.trees.drafter import CHILDREN_MODES, TreeDrafter
 from specjax.decoding.trees.dynamic import DynamicTree
 from specjax.decoding.trees.eagle import EagleTreeDrafter
 from specjax.decoding.trees.eagle_dynamic import EagleDynamicTreeDrafter
+from specjax.decoding.trees.medusa import MedusaTreeDrafter
 from specjax.decoding.trees.topology import TokenTree, tree_inputs
 from specjax.decoding.trees.traced import TracedTree, traced_tree_inputs
 from specjax.models.eagle_head import EagleHead
@@ -45,8 +46,9 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
     Attributes:
       target: the model whose distribution the output follows exactly.
       draft: a model (drafted level by level by a `TreeDrafter`), a feature head (`EagleHead`,
-        drafted by an `EagleTreeDrafter`) or a tree drafter (an object with the Drafter methods
-        and this decoder's `tree`, e.g. `LookupTreeDrafter`).
+        drafted by an `EagleTreeDrafter`, or an `EagleDynamicTreeDrafter` for a `DynamicTree`;
+        `MedusaHeads`, by a `MedusaTreeDrafter`) or a tree drafter (an object with the Drafter
+        methods and this decoder's `tree`, e.g. `LookupTreeDrafter`).
       tree: the static topology (`TokenTree`; a chain is `TokenTree.chain(gamma)`), or a
         `DynamicTree` budget (EAGLE-2: each row's tree chosen per step by an `EagleHead` draft's
         scores, its children point masses, so `replacement` does not apply).
@@ -88,12 +90,7 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
                     "children='sample' cannot build a DynamicTree: its children are the draft's "
                     "top-k (point masses), chosen by the draft's scores"
                 )
-        if isinstance(self.draft, MedusaHeads):
-            raise ValueError(
-                "draft: Medusa heads draft chains here (SpeculativeDecoder); a tree of their "
-                "top-k per head is not built"
-            )
-        if isinstance(self.draft, EagleHead):
+        if isinstance(self.draft, (EagleHead, MedusaHeads)):
             check_vocab(self.target, self.draft)
         elif is_drafter(self.draft):
             check_vocab(self.target, self.draft)
@@ -121,6 +118,10 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
         """The proposer: `draft` if it is a drafter, else a TreeDrafter around the model."""
         if is_drafter(self.draft):
             return self.draft
+        if isinstance(self.draft, MedusaHeads):  # one call on the last feature
+            return MedusaTreeDrafter(
+                self.draft, self.warper, self.tree, self.replacement, self.children
+            )
         if isinstance(self.draft, EagleHead) and isinstance(self.tree, DynamicTree):
             return EagleDynamicTreeDrafter(self.draft, self.warper, self.tree)
         if isinstance(self.draft, EagleHead):  # a feature head, with this decoder's warper

@@ -3,7 +3,8 @@
 `topology.py` is the static tree (`TokenTree`), the positions and mask that score its nodes in
 one target call (`tree_inputs`) and how children are drawn (`draw_children`). Drafters:
 `drafter.py` drafts a tree with a model (`TreeDrafter`), `eagle.py` with an EAGLE-1 feature
-head (`EagleTreeDrafter`), `lookup.py` with prompt lookup (`LookupTreeDrafter`). EAGLE-2's
+head (`EagleTreeDrafter`), `medusa.py` with Medusa heads (`MedusaTreeDrafter`, one call),
+`lookup.py` with prompt lookup (`LookupTreeDrafter`). EAGLE-2's
 dynamic trees, chosen per row from the head's scores: `traced.py` (`TracedTree`, the per-row
 topology the rule and the decoder take as data), `dynamic.py` (`DynamicTree`, the budget, and
 `select_nodes`), `eagle_dynamic.py` (`EagleDynamicTreeDrafter`). `search.py`

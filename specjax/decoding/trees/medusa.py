@@ -1,0 +1,87 @@
+"""`MedusaTreeDrafter`: a static token tree from K Medusa heads, in one call.
+
+Medusa's heads all read the same feature (the target's hidden state after the last accepted
+token, `drafters/medusa.py`), and head d proposes the token d places ahead whatever comes
+between. So every node at depth d draws its children from the same q_d = head d's warped
+distribution: a parent's children are drawn from it independently (`replacement=True`,
+SpecInfer), without replacement (Sequoia: the tree's shape is fixed before its children are
+drawn, so the rule applies), or taken as head d's top-k (point masses, the default at t = 0;
+Medusa's own "Cartesian product" trees). Each child's q is the law it was drawn from, so
+`tree_accept` verifies it exactly; one head call drafts the whole tree (depth <= K).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.decoding.drafters.base import Proposal
+from specjax.decoding.drafters.medusa import MedusaDrafter, MedusaState
+from specjax.decoding.state import Sequences
+from specjax.decoding.trees.drafter import check_tree_drafter, top_k_children
+from specjax.decoding.trees.topology import TokenTree, draw_children
+
+
+@dataclasses.dataclass(frozen=True)
+class MedusaTreeDrafter(MedusaDrafter):
+    """Drafts `tree` with `MedusaHeads` (see the module docstring).
+
+    Attributes:
+      heads, warper: as `MedusaDrafter`'s.
+      tree: the static topology (depth <= the number of heads).
+      replacement: sampled siblings independent (True) or without replacement (False).
+      children: "sample", "top_k" or "auto" (top_k when the warper is greedy).
+    """
+
+    tree: TokenTree = None
+    replacement: bool = True
+    children: str = "auto"
+
+    def __post_init__(self):
+        check_tree_drafter(self.tree, self.children)
+        if self.tree.max_depth > self.heads.num_heads:
+            raise ValueError(
+                f"tree: depth {self.tree.max_depth} exceeds the {self.heads.num_heads} Medusa "
+                "heads (head d drafts depth d)"
+            )
+
+    @property
+    def deterministic(self) -> bool:
+        """True when children are the heads' top-k (point masses)."""
+        return top_k_children(self.children, self.warper)
+
+    def propose(self, params, state: MedusaState, seq: Sequences, key, gamma: int) -> Proposal:
+        """Nodes 1..N-1: tokens [batch, N - 1], probs [batch, N - 1, vocab] or None."""
+        tree = self.tree
+        if gamma != tree.num_nodes - 1:
+            raise ValueError(
+                f"a MedusaTreeDrafter proposes num_nodes - 1 = {tree.num_nodes - 1} tokens; "
+                f"got gamma={gamma}"
+            )
+        del seq
+        target_params, head_params = params
+        logits = self.heads.logits(target_params, head_params, state.last)  # [batch, K, vocab]
+        parents, ranks = np.asarray(tree.parents), np.asarray(tree.ranks)
+        batch = logits.shape[0]
+        tokens, probs = [], []
+        for d in range(tree.max_depth):  # level d's nodes get their children from head d + 1
+            first, end = tree.levels[d]
+            lo, hi = tree.levels[d + 1]
+            num = int(max(len(tree.children[i]) for i in range(first, end)))
+            parent = parents[lo:hi] - first  # [n_{d+1}] parent's index within level d
+            if self.deterministic:
+                top = jax.lax.top_k(logits[:, d], num)[1].astype(jnp.int32)  # [batch, num]
+                tokens.append(top[:, ranks[lo:hi]])
+                continue
+            q = self.warper.probs(logits[:, d])  # [batch, vocab]
+            each = jnp.broadcast_to(q[:, None], (batch, end - first, q.shape[-1]))
+            draws = draw_children(
+                jax.random.fold_in(key, d), each, num, replacement=self.replacement
+            )
+            tokens.append(draws[:, parent, ranks[lo:hi]])  # [batch, n_{d+1}]
+            probs.append(jnp.broadcast_to(q[:, None], (batch, hi - lo, q.shape[-1])))
+        node_probs = None if self.deterministic else jnp.concatenate(probs, axis=1)
+        return Proposal(jnp.concatenate(tokens, axis=1), node_probs, None, state, calls=1)
