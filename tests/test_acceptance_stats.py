@@ -22,6 +22,10 @@ False-failure budget: each check fails below p-value 1e-6 (PVALUE_THRESHOLD). Th
 runs 18 cases x (gamma + 5) checks with sum(gamma) = 52, i.e. 142 checks, plus 2 in
 test_rows_of_one_call_are_independent: 144 checks, so a correct sampler fails this file with
 probability <= 144 x 1e-6 ~= 1.4e-4 (Bonferroni; valid whatever the dependence between checks).
+
+Compiled sampling programs: one per (gamma, vocab, dtype, draft kind), 10 for the 18 cases; the
+three 4-token float32 cases are padded with zero-probability tokens to vocab 16 (`_padded`), so
+they share the v16 cases' programs.
 """
 
 from __future__ import annotations
@@ -54,6 +58,16 @@ def _softmax(logits) -> np.ndarray:
 
 def _one_hot(index: int, vocab: int) -> np.ndarray:
     return np.eye(vocab, dtype=np.float32)[index]
+
+
+def _padded(x: np.ndarray, vocab: int = 16) -> np.ndarray:
+    """x [..., v] with zero-probability tokens appended up to `vocab`.
+
+    The law and the draft are unchanged (a padded token has p = q = r = 0: the draft's CDF is
+    exactly 1 from the last live token on, and emitting a padded token fails at once), but the
+    case takes the shape of the v16 cases of its gamma, and so shares their compiled sampler.
+    """
+    return np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, vocab - x.shape[-1])])
 
 
 def _cases() -> list[Case]:
@@ -94,14 +108,15 @@ def _cases() -> list[Case]:
         Case("positional_dirichlet_v16_g3", pos_p, pos_q, pos_q, 3),
         Case("positional_deterministic_v16_g3", pos_p, pos_argmax, None, 3),
         Case("positional_dirichlet_v16_g1", pos1_p, pos1_q, pos1_q, 1),
-        iid("identical_uniform_v4_g1", uniform4, uniform4, uniform4, 1),
+        # The three v4 cases: 4 live tokens, padded to vocab 16 (`_padded`).
+        iid("identical_uniform_v4_g1", *(_padded(uniform4) for _ in range(3)), 1),
         iid("flat_p_peaked_q_v16_g3", uniform16, peaked16, peaked16, 3),
         iid("peaked_p_flat_q_v16_g5", peaked16, uniform16, uniform16, 5),
         iid("nearly_disjoint_v16_g3", _f32(half), _f32(half[::-1]), _f32(half[::-1]), 3),
         iid("identical_dirichlet0.3_v64_g5", dir64_03, dir64_03, dir64_03, 5),
         iid("dirichlet0.1_v64_g3", dir64_p, dir64_q, dir64_q, 3),
         iid("dirichlet1_v16_g1", dir16_p, dir16_q, dir16_q, 1),
-        iid("dirichlet10_v4_g5", dir4_p, dir4_q, dir4_q, 5),
+        iid("dirichlet10_v4_g5", _padded(dir4_p), _padded(dir4_q), _padded(dir4_q), 5),
         iid("bf16_tiny_q_v4_g1", bf16_p, bf16_q, bf16_q, 1),
         iid("bf16_dirichlet0.5_v64_g3", bf64_p, bf64_q, bf64_q, 3),
         iid("top_k_top_p_v64_g3", warped_p, warped_q, warped_q, 3),
@@ -111,7 +126,9 @@ def _cases() -> list[Case]:
         # uniformly random tokens both are.
         iid("deterministic_argmax_v16_g5", dir16_p, _one_hot(int(np.argmax(dir16_p)), 16), None, 5),
         iid("deterministic_random_v64_g1", dir64_p, uniform64, None, 1),
-        iid("deterministic_greedy_target_v4_g3", _one_hot(2, 4), uniform4, None, 3),
+        iid(
+            "deterministic_greedy_target_v4_g3", _padded(_one_hot(2, 4)), _padded(uniform4), None, 3
+        ),
     ]
 
 
