@@ -5,7 +5,8 @@ prefix is a rolling hash of its tokens, s' = (7 s + token + 1) mod NUM_STATES fr
 after the prefix are rows P[s], Q[s]. A node's p and q therefore depend on every token on its
 path, so a bug confined to depth >= 2 changes the law of the third emitted token.
 
-For each of `num_samples` rows (batched, in chunks under `lax.map`, one jit per configuration)
+For each of `num_samples` rows (batched, in chunks under `lax.map`, one jit per configuration;
+within a chunk, each verifier call takes the next block of rows that still need tokens)
 `sample_stream` repeats, until the row has emitted at least D + 1 tokens (D = max depth):
   1. build a tree from the row's current prefix: children drawn from Q at their parent's state,
      the way the rule assumes ("with": independent draws, "without": sequentially without
@@ -35,6 +36,7 @@ from specjax.decoding.trees.topology import draw_children
 NUM_STATES = 23
 NUM_SAMPLES = 1 << 20
 CHUNK = 1 << 16
+BLOCK = CHUNK // 8  # rows per verifier call, taken from the rows still needing tokens (`_sample`)
 MIN_EXPECTED = 5.0
 
 
@@ -150,29 +152,58 @@ def _one_call(key, state, p_table, q_table, mode, switches, tree, verifier, mode
     return verifier(k_accept, tree, node_tokens, draft, target, switches)
 
 
-@functools.partial(jax.jit, static_argnames=("tree", "verifier", "modes", "num_chunks", "chunk"))
-def _sample(key, p_table, q_table, mode, switches, *, tree, verifier, modes, num_chunks, chunk):
+def _append(out, count, state, tokens, n, width):
+    """Appends each row's emitted tokens[:n + 1] to its stream, as far as `width` reaches.
+
+    out int [R, width] (-1 where not yet emitted), count int [R] tokens emitted so far, state int
+    [R]; tokens int [R, D + 1] and n int [R] one call's output. Returns (out, count, state).
+    """
+    index = jnp.arange(width)
+    for j in range(tokens.shape[1]):  # emitted token j lands at position count + j
+        put = (j <= n) & (count + j < width)
+        out = jnp.where((index == (count + j)[:, None]) & put[:, None], tokens[:, j : j + 1], out)
+        state = jnp.where(j <= n, step(state, tokens[:, j]), state)
+    return out, count + n + 1, state
+
+
+@functools.partial(
+    jax.jit, static_argnames=("tree", "verifier", "modes", "num_chunks", "chunk", "block")
+)
+def _sample(
+    key, p_table, q_table, mode, switches, *, tree, verifier, modes, num_chunks, chunk, block
+):
+    """Streams of `num_chunks` x `chunk` rows; see `sample_stream`.
+
+    A row needs between 1 and D + 1 calls. Rather than call the verifier on every row of a
+    chunk until its slowest row is done (D + 1 calls on every row, every time), each iteration
+    of the loop gathers the first `block` rows that still need tokens and makes one call on
+    them. A row's place in that queue depends only on the past, and every iteration draws fresh
+    randomness, so each row still follows the chained-call law, independently of the others;
+    a chunk costs about its rows' mean number of calls.
+    """
     width = tree.max_depth + 1
+    call_args = (p_table, q_table, mode, switches, tree, verifier, modes)
 
     def run_chunk(key):
         def cond(carry):
             return jnp.any(carry[2] < width)
 
         def body(carry):
-            call, out, count, state, first, n_first = carry
-            key_call = jax.random.fold_in(key, call)
-            args = (state, p_table, q_table, mode, switches, tree, verifier, modes)
-            tokens, n = _one_call(key_call, *args)
-            index = jnp.arange(width)
-            for j in range(width):  # emitted token j lands at position count + j
-                put = (j <= n) & (count + j < width)
-                out = jnp.where(
-                    (index == (count + j)[:, None]) & put[:, None], tokens[:, j : j + 1], out
-                )
-                state = jnp.where(j <= n, step(state, tokens[:, j]), state)
-            first = jnp.where(call == 0, tokens, first)
-            n_first = jnp.where(call == 0, n, n_first)
-            return call + 1, out, count + n + 1, state, first, n_first
+            it, out, count, state, first, n_first = carry
+            # The first `block` unfinished rows; index `chunk` (out of bounds) pads the block.
+            rows = jnp.nonzero(count < width, size=block, fill_value=chunk)[0]  # [block]
+            tokens, n = _one_call(jax.random.fold_in(key, it), state[rows], *call_args)
+            is_first = count[rows] == 0  # [block] the row's first call: recorded
+            new = (
+                *_append(out[rows], count[rows], state[rows], tokens, n, width),
+                jnp.where(is_first[:, None], tokens, first[rows]),
+                jnp.where(is_first, n, n_first[rows]),
+            )
+            old = (out, count, state, first, n_first)
+            return (
+                it + 1,
+                *(x.at[rows].set(y, mode="drop") for x, y in zip(old, new, strict=True)),
+            )
 
         zeros = jnp.zeros((chunk,), jnp.int32)
         blank = jnp.full((chunk, width), -1, jnp.int32)
@@ -239,6 +270,7 @@ def sample_stream(
         modes=modes,
         num_chunks=num_samples // CHUNK,
         chunk=CHUNK,
+        block=BLOCK,
     )
     # int8 (tokens < 128, fill -1): 9 MB per case, so the tests can cache every case's streams.
     return Streams(*(np.asarray(x).astype(np.int8) for x in (out, first, n)))
