@@ -5,7 +5,11 @@ and the node selection: tests/test_dynamic_tree.py).
   (a poor but arbitrary draft) at t = 1 and under a top-k warper: 2^14 rows per prompt, two
   prompts; false-failure rate the kit's Bonferroni bound, 11 checks x 1e-6, about 1.1e-5 each.
 * The planted bug of the issue (Sequoia's without-replacement rule applied to the pruned tree,
-  with each node's parent q) must fail the same check (same draws, prompts and threshold).
+  with each node's parent q) must fail the same check (same draws, prompts and threshold); the
+  decoder itself refuses draft probs for a dynamic tree.
+* The head's tree pass gives every candidate the score a sequential pass along its path gives
+  (slots, positions, ancestor masks), up to the smallest cache `generate` accepts, including a
+  budget whose head writes more slots than the tree has nodes.
 * t = 0: token-for-token equal to the autoregressive decoder, with acceptances past the first
   rank and past the first depth (the tree is used); the features gathered along the dynamic paths
   equal the target's hidden states; the step compiles once for every tree the rows draw, and rows
@@ -13,6 +17,8 @@ and the node selection: tests/test_dynamic_tree.py).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -23,9 +29,10 @@ from specjax import testing
 from specjax.decoding import AutoregressiveDecoder, TreeSpeculativeDecoder, make_warper
 from specjax.decoding.loop import init_jit, step_jit
 from specjax.decoding.prompts import pad_prompts
-from specjax.decoding.trees.dynamic import DynamicTree
+from specjax.decoding.trees.dynamic import DynamicTree, select_nodes
 from specjax.decoding.trees.eagle_dynamic import EagleDynamicTreeDrafter
 from specjax.models import EagleHead
+from specjax.models.kv_cache import rollback
 from tests.heads_setup import tiny_llama
 
 T1 = make_warper(1.0)
@@ -63,15 +70,25 @@ def test_dynamic_tree_is_lossless(warper):
 
 
 class _SequoiaOnPrunedTree(EagleDynamicTreeDrafter):
-    """Planted bug: reports each node's parent q, so the decoder verifies the pruned tree with
-    Sequoia's rule for children sampled without replacement."""
+    """Planted bug, drafter half: reports each node's parent q."""
 
     parent_q = True
+
+
+class _SequoiaVerifier(TreeSpeculativeDecoder):
+    """Planted bug, decoder half: verifies the pruned tree with Sequoia's rule for children
+    sampled without replacement (the decoder itself refuses probs for a DynamicTree)."""
+
+    def verify(self, key, proposal, p):
+        return self.verify_tree(key, proposal, p)
 
 
 def test_sequoias_rule_on_a_pruned_tree_is_caught():
     """Negative control for the test above (same draws, prompts and threshold)."""
     dec, tp, hp, _ = _decoder(draft=_SequoiaOnPrunedTree)
+    with pytest.raises(ValueError, match="reported draft probs for a DynamicTree"):
+        dec.generate(tp, hp, prompts=[[2]], key=jax.random.PRNGKey(0), max_new_tokens=2)
+    dec = _SequoiaVerifier(**{f.name: getattr(dec, f.name) for f in dataclasses.fields(dec)})
     report = testing.check_decoder(dec, tp, hp, draws=1 << 14, prompts=((2,), (1, 4, 3)))
     print(report)
     assert not report.passed
@@ -140,3 +157,95 @@ def test_a_reduced_draft_vocabulary_ranks_as_the_full_row():
     sp = dec.generate(tp, hp, prompts=prompts, key=key, max_new_tokens=12)
     for a, b in zip(ar.new_tokens(), sp.new_tokens(), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def _sequential_scores(head, tp, hp, cache, f_root, root, pool):
+    """Each candidate's cumulative log q recomputed one pair at a time along its path, with the
+    head's ordinary causal mask (an independent check of the tree pass's slots, positions and
+    masks): [batch, P]."""
+    tokens, parents = np.asarray(pool["tokens"]), np.asarray(pool["parents"])
+    batch, size = tokens.shape
+    paths = [[[] for _ in range(size)] for _ in range(batch)]
+    for b in range(batch):
+        for c in range(size):
+            x, path = c, []
+            while x >= 0:
+                path.append(int(tokens[b, x]))
+                x = int(parents[b, x])
+            paths[b][c] = path[::-1]
+    out = np.zeros((batch, size), np.float32)
+    for depth in sorted({len(p) for p in paths[0]}):
+        cols = [c for c in range(size) if len(paths[0][c]) == depth]
+        seq = jnp.asarray([[paths[b][c] for c in cols] for b in range(batch)], jnp.int32)
+        rows = len(cols)
+        flat = seq.reshape(batch * rows, depth)  # one row per (row, candidate)
+        cch = jax.tree.map(lambda x, n=rows: jnp.repeat(x, n, axis=0), cache)
+        feat = jnp.repeat(f_root, rows, axis=0)
+        at = jnp.repeat(root, rows, axis=0)
+        log_q = jax.nn.log_softmax(head.logits(tp, hp, feat), -1)
+        score = jnp.take_along_axis(log_q, flat[:, :1], 1)[:, 0]
+        for i in range(depth - 1):
+            embed = head.target.embed(tp, flat[:, i : i + 1])
+            pred, cch = head.forward_features(
+                hp, rollback(cch, at + 1 + i), feat[:, None], embed, jnp.ones_like(at)
+            )
+            feat = pred[:, 0]
+            log_q = jax.nn.log_softmax(head.logits(tp, hp, feat), -1)
+            score = score + jnp.take_along_axis(log_q, flat[:, i + 1 : i + 2], 1)[:, 0]
+        out[:, cols] = np.asarray(score).reshape(batch, rows)
+    return out
+
+
+@pytest.mark.parametrize("tree", [TREE, DynamicTree(5, 4, 8)], ids=["3-3-8", "5-4-8-tight"])
+def test_the_tree_pass_scores_every_candidate_as_a_chain_would(tree):
+    """The head's one-call-per-level pass (slots, positions, ancestor masks) gives each
+    candidate the score a sequential pass along its path gives, at every step up to a full
+    cache: 5-4-8 writes (D - 1) k = 16 slots past the root, more than its 7 nodes, at the
+    smallest cache_len `generate` accepts (the decoder's `cache_headroom`)."""
+    target, tp = tiny_llama(13, 3)
+    head = EagleHead(target)
+    hp = head.init_params(jax.random.PRNGKey(10))
+    hp = jax.tree.map(lambda x: x * 4.0 if x.ndim == 2 else x, hp)
+    prompts = [np.array([1, 2, 3, 4, 0]), np.array([3]), np.array([5, 6, 7, 8, 9, 10, 11])]
+    new = 12
+    headroom = max(tree.num_nodes - 1, (tree.depth - 1) * tree.top_k)
+    cache_len = 7 + new + headroom
+    dec = TreeSpeculativeDecoder(target, head, tree, T1, cache_len=cache_len)
+    assert dec.cache_headroom == headroom
+    with pytest.raises(ValueError, match="exceeds cache_len"):
+        TreeSpeculativeDecoder(target, head, tree, T1, cache_len=cache_len - 1).generate(
+            tp, hp, prompts=prompts, key=jax.random.PRNGKey(0), max_new_tokens=new
+        )
+    tokens, lengths = pad_prompts(prompts, 13)
+    s = init_jit(dec, (tp, hp), jnp.asarray(tokens), jnp.asarray(lengths),
+                 jax.random.PRNGKey(0), new, -1)  # fmt: skip
+    drafter, worst, steps = dec.drafter, 0.0, 0
+    while not bool(np.asarray(s.seq.done).all()):
+        _, d_state = s.model_states
+        pool, _ = drafter.candidates((tp, hp), d_state, s.seq)
+        cache, f_root, root = drafter.catch_up((tp, hp), d_state, s.seq, tree.depth + 1)
+        want = _sequential_scores(head, tp, hp, cache, f_root, root, pool)
+        got = np.asarray(pool["scores"])
+        live = ~np.asarray(s.seq.done)[:, None] & np.isfinite(want)
+        worst = max(worst, float(np.abs(np.where(live, got - want, 0.0)).max()))
+        s, steps = step_jit(dec, (tp, hp), s), steps + 1
+    print("steps", steps, "worst", worst)
+    assert steps >= 4 and worst < 2e-5  # measured: below 1e-6
+
+
+def test_a_node_whose_parent_was_dropped_is_not_proposed():
+    """`select_nodes` reports closure per node: a pool breaking the score invariant (a child
+    above its parent) yields a node whose parent was not kept, marked not closed; the drafter
+    proposes it as invalid (never tried)."""
+    tree = DynamicTree(2, 2, 3)
+    tokens = jnp.asarray([[5, 6, 7, 8, 9, 10]], jnp.int32)
+    scores = jnp.asarray([[-1.0, -2.0, -0.5, -3.0, -4.0, -5.0]])  # candidate 2 beats its parent
+    parents = jnp.asarray([[-1, -1, 0, 0, 1, 1]], jnp.int32)
+    ranks = jnp.asarray([[0, 1, 0, 1, 0, 1]], jnp.int32)
+    depths = jnp.asarray([[1, 1, 2, 2, 2, 2]], jnp.int32)
+    node_tokens, _, closed, _ = select_nodes(tokens, scores, parents, ranks, depths, tree)
+    np.testing.assert_array_equal(np.asarray(closed), [[True, True]])  # kept: 2 and 0
+    tree = DynamicTree(2, 2, 2)  # keeps one node: candidate 2, whose parent 0 was dropped
+    node_tokens, parents_out, closed, _ = select_nodes(tokens, scores, parents, ranks, depths, tree)
+    np.testing.assert_array_equal(np.asarray(node_tokens), [[7]])
+    np.testing.assert_array_equal(np.asarray(closed), [[False]])

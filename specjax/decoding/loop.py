@@ -222,7 +222,9 @@ def prepare(decoder: Decoder, prompts, max_new_tokens):
 
     The bucket is capped at `decoder.cache_len`, and capacity is checked with the real prompt
     lengths: the longest prompt + max_new_tokens + the decoder's lookahead must fit in the cache
-    (padding is never attended, and what would fall past the buffer is never written).
+    (padding is never attended, and what would fall past the buffer is never written). A decoder
+    whose draft writes further than its lookahead says so with `cache_headroom` (an EAGLE-2
+    dynamic tree's head writes its expanded candidates).
 
     Returns:
       (tokens int32 [batch, bucket], lengths int32 [batch]) as device arrays.
@@ -234,7 +236,7 @@ def prepare(decoder: Decoder, prompts, max_new_tokens):
     prompt_lib.check_capacity(
         int(lengths.max()),
         max_new_tokens,
-        decoder.lookahead,
+        getattr(decoder, "cache_headroom", decoder.lookahead),
         decoder.cache_len,
         position_limit=limit,
         limited_by=name,

@@ -6,6 +6,11 @@ the target never runs during training. The divergence is `distill.divergence` ("
 default: KL(p || q); "tv" maximises α at t = 1 directly), over the output columns the run
 gives (the data's N most frequent tokens, p and q renormalised there: on CPU the
 full-vocabulary matmuls are most of a step) or over the full vocabulary.
+
+Known limits: with columns, q's mass outside them is never trained (decoding uses the full
+vocabulary) and the `alpha1` metric is over the columns, so it overstates α; a sequence longer
+than the window is cut to its end (`HeadBatches`), so the draft predicts its first positions
+without the context the target's p saw there.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
 
     target: Any
     draft: Any
-    tree: TokenTree
+    tree: TokenTree | DynamicTree
     warper: Warper
     replacement: bool = True
     cache_len: int | None = None
@@ -136,6 +136,14 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
         return self.tree.num_nodes - 1
 
     @property
+    def cache_headroom(self) -> int:
+        """Slots past the sequence a step may write in any cache: the lookahead, or for a
+        `DynamicTree` the head's expanded candidates too ((D - 1) k, `eagle_dynamic.py`)."""
+        if isinstance(self.tree, DynamicTree):
+            return max(self.lookahead, (self.tree.depth - 1) * self.tree.top_k)
+        return self.lookahead
+
+    @property
     def depth(self) -> int:
         return self.tree.max_depth
 
@@ -182,7 +190,21 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
         return jnp.take_along_axis(hidden, index, axis=1)
 
     def verify(self, key, proposal, p):
-        """(tokens [batch, depth + 1], num_accepted [batch], path [batch, depth + 1])."""
+        """(tokens [batch, depth + 1], num_accepted [batch], path [batch, depth + 1]).
+
+        A dynamic tree's children must be point masses (`proposal.probs` None): its nodes were
+        kept or dropped by the draft's own scores, which the sampled-children rules do not
+        allow for (biased; the tests plant that bug)."""
+        if isinstance(self.tree, DynamicTree) and proposal.probs is not None:
+            raise ValueError(
+                f"{self.drafter!r} reported draft probs for a DynamicTree: its children are "
+                "point masses (probs None); the sampled-children rules are biased on a tree "
+                "pruned by its own draws"
+            )
+        return self.verify_tree(key, proposal, p)
+
+    def verify_tree(self, key, proposal, p):
+        """`tree_accept` on the proposal's tree (no check of what kind of children it has)."""
         batch = proposal.tokens.shape[0]
         root = jnp.zeros((batch, 1), jnp.int32)
         node_tokens = jnp.concatenate([root, proposal.tokens], axis=1)

@@ -11,6 +11,9 @@ Then, per level (`dynamic.py` has the selection and its proof):
     log-probability, of which the k best are expanded next.
 Finally the N - 1 best candidates become the tree: tokens [batch, N - 1] and the per-row parents
 (`Proposal.parents`), with probs None: point masses, whatever the warper.
+
+The head writes slots up to r + (D - 1) k, which can pass the target's N - 1: the decoder
+reserves `cache_headroom` = max(N - 1, (D - 1) k) slots past the sequence (`loop.prepare`).
 """
 
 from __future__ import annotations
@@ -65,16 +68,16 @@ class EagleDynamicTreeDrafter(EagleDrafter):
         scores, tokens = jax.lax.top_k(log_q, k)
         return scores, tokens, (self.warper.probs(logits) if self.parent_q else None)
 
-    def propose(self, params, state, seq: Sequences, key, gamma: int) -> Proposal:
-        """Drafts N - 1 nodes: tokens [batch, N - 1], probs None, parents [batch, N]."""
-        del key  # deterministic
+    def candidates(self, params, state, seq: Sequences):
+        """Catches up and drafts the candidate pool (P = k + (D - 1) k^2 per row).
+
+        Returns:
+          (pool, head cache): pool = {"tokens", "scores" (cumulative log q), "parents" (pool
+          index, -1 for the root), "ranks", "depths"}, each [batch, P], plus "q" [batch, P,
+          vocab] (each candidate's parent's warped q) when `parent_q` is set.
+        """
         tree = self.tree
         depth, k = tree.depth, tree.top_k
-        if gamma != tree.num_nodes - 1:
-            raise ValueError(
-                f"an EagleDynamicTreeDrafter proposes num_nodes - 1 = {tree.num_nodes - 1} "
-                f"tokens; got gamma={gamma}"
-            )
         target_params, head_params = params
         active = ~seq.done  # [batch]
         batch = seq.lengths.shape[0]
@@ -134,23 +137,40 @@ class EagleDynamicTreeDrafter(EagleDrafter):
                 tok = jnp.take_along_axis(level_tok, best, axis=1)
                 feat_in = jnp.take_along_axis(feats, parent[:, :, None], axis=1)
                 seen = jnp.take_along_axis(seen, parent[:, :, None], axis=1)
+        cat = lambda xs: jnp.concatenate(xs, axis=1)  # noqa: E731
+        pool = {
+            "tokens": cat(pool_tok),
+            "scores": cat(pool_score),
+            "parents": cat(pool_parent),
+            "ranks": cat(pool_rank),
+            "depths": cat(pool_depth),
+        }
+        if pool_q:
+            pool["q"] = cat(pool_q)
+        return pool, cache
+
+    def propose(self, params, state, seq: Sequences, key, gamma: int) -> Proposal:
+        """Drafts N - 1 nodes: tokens [batch, N - 1], probs None, parents [batch, N]."""
+        del key  # deterministic
+        tree = self.tree
+        if gamma != tree.num_nodes - 1:
+            raise ValueError(
+                f"an EagleDynamicTreeDrafter proposes num_nodes - 1 = {tree.num_nodes - 1} "
+                f"tokens; got gamma={gamma}"
+            )
+        pool, cache = self.candidates(params, state, seq)
         node_tokens, parents, closed, order = select_nodes(
-            jnp.concatenate(pool_tok, 1),
-            jnp.concatenate(pool_score, 1),
-            jnp.concatenate(pool_parent, 1),
-            jnp.concatenate(pool_rank, 1),
-            jnp.concatenate(pool_depth, 1),
-            tree,
+            pool["tokens"], pool["scores"], pool["parents"], pool["ranks"], pool["depths"], tree
         )
         probs = None
-        if pool_q:
-            probs = jnp.take_along_axis(jnp.concatenate(pool_q, 1), order[:, :, None], axis=1)
+        if "q" in pool:
+            probs = jnp.take_along_axis(pool["q"], order[:, :, None], axis=1)
         return Proposal(
             node_tokens.astype(jnp.int32),
             probs,
             None,
             state.replace(cache=cache),
-            calls=depth,
+            calls=tree.depth,
             valid=closed,
             parents=parents,
         )
