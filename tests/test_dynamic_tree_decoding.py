@@ -94,16 +94,24 @@ def test_sequoias_rule_on_a_pruned_tree_is_caught():
     assert not report.passed
 
 
-def test_greedy_equals_autoregressive():
-    dec, tp, hp, target = _decoder(vocab=5, warper=T0, seed=3)
-    prompts = [np.array([1, 2, 3, 4, 0]), np.array([3]), np.array([3, 3, 4, 1])] * 4
+PROMPTS = [np.array([1, 2, 3, 4, 0]), np.array([3]), np.array([3, 3, 4, 1])]
+
+
+def _greedy_as_ar(dec, target, tp, hp, prompts, max_new_tokens):
+    """Asserts `dec` (greedy) emits the autoregressive decoder's tokens; returns its result."""
     key = jax.random.PRNGKey(0)
     ar = AutoregressiveDecoder(target, T0, cache_len=32).generate(
-        tp, prompts=prompts, key=key, max_new_tokens=16
+        tp, prompts=prompts, key=key, max_new_tokens=max_new_tokens
     )
-    sp = dec.generate(tp, hp, prompts=prompts, key=key, max_new_tokens=16)
+    sp = dec.generate(tp, hp, prompts=prompts, key=key, max_new_tokens=max_new_tokens)
     for a, b in zip(ar.new_tokens(), sp.new_tokens(), strict=True):
         np.testing.assert_array_equal(a, b)
+    return sp
+
+
+def test_greedy_equals_autoregressive():
+    dec, tp, hp, target = _decoder(vocab=5, warper=T0, seed=3)
+    sp = _greedy_as_ar(dec, target, tp, hp, PROMPTS * 4, 16)
     assert int(np.asarray(sp.stats.accepted_rank).sum()) > 0  # drafts were accepted
 
 
@@ -111,8 +119,7 @@ def test_features_follow_the_dynamic_paths_in_one_program():
     """At t = 1 (point masses accepted with probability p): paths go deeper than one node and
     through later ranks; the features the head holds equal the target's hidden states."""
     dec, tp, hp, target = _decoder(vocab=5, warper=T1, seed=3)
-    prompts = [np.array([1, 2, 3, 4, 0]), np.array([3]), np.array([3, 3, 4, 1])] * 4
-    tokens, lengths = pad_prompts(prompts, 5)
+    tokens, lengths = pad_prompts(PROMPTS * 4, 5)
     key = jax.random.PRNGKey(0)
     s = init_jit(dec, (tp, hp), jnp.asarray(tokens), jnp.asarray(lengths), key, 14, -1)
     programs = step_jit._cache_size()
@@ -149,14 +156,7 @@ def test_a_reduced_draft_vocabulary_ranks_as_the_full_row():
     assert (np.sort(sub, -1)[..., -1] == np.sort(sub, -1)[..., -2]).any()  # ties occurred
 
     dec = TreeSpeculativeDecoder(target, head, TREE, T0, cache_len=32)
-    prompts = [np.array([1, 2, 3, 4, 0]), np.array([3]), np.array([3, 3, 4, 1])]
-    key = jax.random.PRNGKey(0)
-    ar = AutoregressiveDecoder(target, T0, cache_len=32).generate(
-        tp, prompts=prompts, key=key, max_new_tokens=12
-    )
-    sp = dec.generate(tp, hp, prompts=prompts, key=key, max_new_tokens=12)
-    for a, b in zip(ar.new_tokens(), sp.new_tokens(), strict=True):
-        np.testing.assert_array_equal(a, b)
+    _greedy_as_ar(dec, target, tp, hp, PROMPTS, 12)
 
 
 def _sequential_scores(head, tp, hp, cache, f_root, root, pool):
