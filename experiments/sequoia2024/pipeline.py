@@ -362,23 +362,36 @@ def _candidate(c: dict) -> dict:
     return {k: v for k, v in c.items() if k != "tree"} | {"parents": list(c["tree"].parents)}
 
 
-def run(config, workdir: str) -> dict:
-    """Runs the whole pipeline; returns (and writes) every figure."""
-    start = time.perf_counter()
-    load_start = os.getloadavg()
-    os.makedirs(workdir, exist_ok=True)
-    _log(f"[1/4] models (target {config.target}, draft {config.drafts[0]}, {config.corpus})")
+def _trained_pair(config, workdir: str):
+    """The byte-level pair of experiments/common/models.py and validation-split prompts."""
     loaded = model_lib.load_with_bases(config, workdir, _log)
     target, tparams, tmeta = loaded["target"]
     draft_name = config.drafts[0]
     draft, dparams, _ = loaded["drafts"][draft_name]
     val = np.asarray(load_corpus(config.corpus, "validation", ByteTokenizer()))
-    # The acceptance vectors are measured on the target's own continuations of the prompts
-    # whose tokens per call are counted: what differs between the two is the model, not the text.
     counts = (config.stats_prompts, config.walltime_prompts)
     drawn = sample_prompts(val, sum(counts), config.prompt_len, seed=config.seed + 1).tokens
     drawn = [np.asarray(p, np.int32) for p in drawn]
-    stat_prompts, wall_prompts = drawn[: counts[0]], drawn[counts[0] :]
+    stats, wall = drawn[: counts[0]], drawn[counts[0] :]
+    return target, tparams, draft, dparams, stats, wall, tmeta["config"]["name"], draft_name
+
+
+def run(config, workdir: str) -> dict:
+    """Runs the whole pipeline; returns (and writes) every figure."""
+    start = time.perf_counter()
+    load_start = os.getloadavg()
+    os.makedirs(workdir, exist_ok=True)
+    if config.get("pretrained"):  # a real target: experiments/sequoia2024/real.py
+        from experiments.sequoia2024 import real
+
+        _log(f"[1/4] models (target {config.pretrained}, draft {config.draft_head})")
+        models = real.load(config, _log)
+    else:
+        _log(f"[1/4] models (target {config.target}, draft {config.drafts[0]}, {config.corpus})")
+        models = _trained_pair(config, workdir)
+    target, tparams, draft, dparams, stat_prompts, wall_prompts, target_name, draft_name = models
+    # The acceptance vectors are measured on the target's own continuations of the prompts
+    # whose tokens per call are counted: what differs between the two is the model, not the text.
     ref_prompts = stat_prompts
 
     _log("[2/4] verification cost T(k) of the target, T_draft(k) of the draft")
@@ -414,7 +427,7 @@ def run(config, workdir: str) -> dict:
             "loadavg_start": load_start,
             "loadavg_end": os.getloadavg(),
         },
-        "target": {"name": tmeta["config"]["name"], "params": int(target.config.num_params())},
+        "target": {"name": target_name, "params": int(target.config.num_params())},
         "draft": {"name": draft_name, "params": int(draft.config.num_params())},
         "costs": {
             "t_target": {str(k): v for k, v in costs["t_target"].items()},

@@ -42,7 +42,11 @@ class WalltimeRow:
       tokens_per_iteration: measured mean tokens per row-iteration as sampled (n + 1, before
         the budget truncates a row's last iteration).
       alpha_empirical: acceptance events / acceptance trials in the speculative run.
-      predicted_tokens_per_iteration: (1 - α^{γ+1}) / (1 - α) with the measured α.
+      acceptance_by_position: P(draft i accepted | tested), per draft position.
+      survival_by_position: P(draft i accepted | drafts 1..i-1 accepted), an iteration that
+        drafted fewer than i tokens counting as a rejection (`summarize_stats`).
+      predicted_tokens_per_iteration: the loop model's tokens per iteration from this run's
+        acceptance ((1 - α^{γ+1}) / (1 - α), or the positional model: see `tokens_model`).
       predicted_speedup_paper: the paper's formula with measured α and c.
       predicted_speedup_measured: the measured-cost model with T_target(k) and T_draft.
       ar_iteration_ms, spec_iteration_ms: one loop iteration, timed in-loop (I_ar, I_spec).
@@ -63,6 +67,7 @@ class WalltimeRow:
     tokens_per_iteration: float
     alpha_empirical: float
     acceptance_by_position: tuple
+    survival_by_position: tuple
     predicted_tokens_per_iteration: float
     predicted_speedup_paper: float | None
     predicted_speedup_measured: float | None
@@ -100,6 +105,7 @@ def measure_walltime(
     t_target: dict | None = None,
     t_draft: float | None = None,
     make_decoder=None,
+    tokens_model: str = "iid",
     log=print,
 ) -> list[WalltimeRow]:
     """Times autoregressive and speculative generation for each γ.
@@ -121,11 +127,18 @@ def measure_walltime(
       make_decoder: gamma -> the speculative decoder to time (any decoder of the loop driver
         taking (target_params, draft_params), e.g. another drafter or acceptance rule); None:
         `SpeculativeDecoder(target, draft, gamma, warper, cache_len=cache_len)`.
+      tokens_model: the loop model's tokens per iteration, from this row's acceptance:
+        "iid" (the paper's (1 − α^{γ+1})/(1 − α) at the row's α) or "positional"
+        (`theory.positional_tokens_per_iteration` at the row's `survival_by_position`, for
+        drafts whose acceptance varies along the draft, like prompt lookup, or that draft
+        fewer than γ tokens on some iterations).
       log: progress printer.
 
     Returns:
       One WalltimeRow per γ.
     """
+    if tokens_model not in ("iid", "positional"):
+        raise ValueError(f"tokens_model must be 'iid' or 'positional', got {tokens_model!r}")
     key = jax.random.PRNGKey(seed)
     batches = [prompts[i : i + batch_size] for i in range(0, len(prompts), batch_size)]
     ar = AutoregressiveDecoder(target, warper, cache_len=cache_len)
@@ -161,7 +174,12 @@ def measure_walltime(
         measured = None
         if t_target is not None and t_draft is not None and gamma + 1 in t_target:
             measured = float(theory.measured_speedup(alpha, gamma, t_target, t_draft))
-        expected = float(theory.expected_tokens_per_iteration(alpha, gamma))
+        if tokens_model == "positional":
+            expected = theory.positional_tokens_per_iteration(
+                summary["survival_by_position"], gamma
+            )
+        else:
+            expected = float(theory.expected_tokens_per_iteration(alpha, gamma))
         interval = v.interval("spec")
         ar_fixed = timings["ar_fixed"].median / len(batches)
         spec_fixed = timings["spec_fixed"].median / len(batches)
@@ -176,6 +194,7 @@ def measure_walltime(
             tokens_per_iteration=summary["sampler_tokens_per_iteration"],
             alpha_empirical=alpha,
             acceptance_by_position=tuple(summary["acceptance_by_position"]),
+            survival_by_position=tuple(summary["survival_by_position"]),
             predicted_tokens_per_iteration=expected,
             predicted_speedup_paper=paper,
             predicted_speedup_measured=measured,

