@@ -160,4 +160,5 @@ def test_positional_model_refuses_bad_input(rates, gamma, message):
 def test_unknown_head_names_are_refused(name):
     with pytest.raises(ValueError, match="config.heads entry"):
         real_drafts.head_spec(name)
-    assert real_drafts.head_spec("distilled4") == "distilled,layers=4"
+    assert real_drafts.head_spec("distilled4") == "distilled,layers=4,steps=200"
+    assert real_drafts.head_spec("eagle1") == "eagle1,steps=800"

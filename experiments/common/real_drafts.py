@@ -63,12 +63,17 @@ def target_samples(model, params, tokenizer, *, max_new_tokens: int = 128, seed:
     return [np.asarray(out.tokens[b, : int(out.lengths[b])]) for b in range(len(ids))]
 
 
+# Training steps of the trained drafts whose figures experiments/real/RESULTS.md reports.
+HEAD_STEPS = {"eagle1": 800, "medusa": 150, "distilled": 200}
+
+
 def head_spec(name: str) -> str:
     """configs/heads.py options of a head name: "eagle1", "medusa", "distilled<layers>"."""
     if name in ("eagle1", "medusa"):
-        return name
+        return f"{name},steps={HEAD_STEPS[name]}"
     if name.startswith("distilled") and name[len("distilled") :].isdigit():
-        return f"distilled,layers={int(name[len('distilled') :])}"
+        layers = int(name[len("distilled") :])
+        return f"distilled,layers={layers},steps={HEAD_STEPS['distilled']}"
     raise ValueError(
         f"config.heads entry {name!r} is not 'eagle1', 'medusa' or 'distilled<layers>' "
         "(like 'distilled2')"
