@@ -10,7 +10,6 @@ block-verification table (token-wise vs block, side by side, every γ at each t 
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -241,11 +240,7 @@ def run(config, workdir: str) -> dict:
     }
     if block is not None:
         results["block"] = block
-    with open(os.path.join(workdir, "results.json"), "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=1, default=float)
-    report.write_all(results, workdir)
-    _log(report.format_all(results))
-    _log(f"done in {results['seconds']:.0f} s; figures in {workdir}")
+    report.save(results, workdir, _log)
     return results
 
 

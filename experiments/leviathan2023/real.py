@@ -27,7 +27,6 @@ Writes results.json in the schema of `pipeline.run` (so `report.py` renders both
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -203,9 +202,5 @@ def run(config, workdir: str) -> dict:
         "lossless": True,
         "seconds": time.perf_counter() - start,
     }
-    with open(os.path.join(workdir, "results.json"), "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=1, default=float)
-    report.write_all(results, workdir)
-    _log(report.format_all(results))
-    _log(f"done in {results['seconds']:.0f} s; figures in {workdir}")
+    report.save(results, workdir, _log)
     return results

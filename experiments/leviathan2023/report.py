@@ -150,7 +150,7 @@ def table2_rows(results: dict) -> list[dict]:
                     "tokens_per_iteration": r["tokens_per_iteration"],
                     "predicted_tokens_per_iteration": pred_tok,
                     "predicted_from": (
-                        r.get("heldout_model", "(1 − α^(γ+1)) / (1 − α) at Table 3's α")
+                        r.get("heldout_model", "held-out α")
                         if held_out is not None
                         else "this run's α"
                     ),
@@ -447,6 +447,15 @@ def write_all(results: dict, workdir: str) -> None:
         ylabel="α",
         title="α per draft and temperature (target-generated text)",
     )
+
+
+def save(results: dict, workdir: str, log=print) -> None:
+    """Writes results.json, the CSV tables and plots into `workdir`, and logs the tables."""
+    with open(os.path.join(workdir, "results.json"), "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=1, default=float)
+    write_all(results, workdir)
+    log(format_all(results))
+    log(f"done in {results['seconds']:.0f} s; figures in {workdir}")
 
 
 def main(argv) -> None:
