@@ -153,6 +153,7 @@ def main(argv):
 
 def _main(argv):
     specjax.configure_cpu()  # before the first JAX computation (SPECJAX_NO_XLA_FLAGS=1 opts out)
+    specjax.configure_accelerator()  # float32 products on GPU/TPU: greedy speculative = greedy
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     config = FLAGS.config

@@ -45,6 +45,12 @@ flags.DEFINE_string("out", None, "directory for results.json and results.md")
 flags.DEFINE_list("heads", [], "workdirs of trained feature heads (configs/heads.py runs)")
 flags.DEFINE_list("kinds", None, "drafts/overhead parts: only drafts whose name starts so")
 flags.DEFINE_list("trees", [], "static trees each EAGLE head also drafts, like 2-2-1-1")
+flags.DEFINE_bool(
+    "exact_matmuls",
+    True,
+    "float32 matmuls in float32 on GPU/TPU (specjax.configure_accelerator); --noexact_matmuls "
+    "keeps JAX's default TF32/bfloat16 passes (faster; greedy output may then differ from AR)",
+)
 flags.DEFINE_list(
     "dynamic",
     [],
@@ -54,6 +60,10 @@ flags.DEFINE_list(
 
 def main(argv):
     del argv
+    import jax
+
+    if FLAGS.exact_matmuls:
+        specjax.configure_accelerator()
     from experiments.common import real_drafts as drafts
     from experiments.common.real_prompts import PROMPTS
     from experiments.real import speed
@@ -67,9 +77,11 @@ def main(argv):
 
     path = fetch(FLAGS.model) if FLAGS.model in REGISTRY else FLAGS.model
     model, params, tokenizer = load_gguf(path, matmul="xla")
-    print(f"{FLAGS.model}: {model.config.num_layers} layers, vocab {model.vocab_size}; kernels: "
+    precision = jax.config.jax_default_matmul_precision or "JAX's default"
+    print(f"{FLAGS.model}: {model.config.num_layers} layers, vocab {model.vocab_size}; "
+          f"{jax.devices()[0].device_kind}, matmul precision {precision}; kernels: "
           f"{kernels.status()}", flush=True)  # fmt: skip
-    results, text = {}, []
+    results, text = {"device": jax.devices()[0].device_kind, "matmul_precision": precision}, []
 
     def emit(name, value, markdown):
         results[name] = value
@@ -112,8 +124,6 @@ def main(argv):
             )  # fmt: skip
             emit(f"drafts t={t:g}", table, drafts.format_drafts(table))
     if "hf" in FLAGS.parts:
-        import jax
-
         from experiments.real import hf_peer
         from specjax.decoding import AutoregressiveDecoder, make_warper
 

@@ -2,7 +2,8 @@
 
 Importing specjax changes no process state. On CPU call `specjax.configure_cpu()` before the
 first JAX computation (see `specjax.runtime`): without it XLA:CPU copies the KV caches on every
-decoding step.
+decoding step. On GPU/TPU call `specjax.configure_accelerator()` for float32 matrix products
+(greedy speculative = greedy decoding; JAX's default TF32 passes break ties differently).
 
     pipe = specjax.Pipeline.from_pretrained(target="/ckpt/target", draft="/ckpt/draft")
     out = pipe.generate("def fibonacci(n):", max_new_tokens=128, temperature=0.7, gamma=4)
@@ -13,7 +14,12 @@ decoding step.
 `import specjax` stays as light as before.
 """
 
-from specjax.runtime import configure_cpu, warn_if_cpu_unconfigured
+from specjax.runtime import (
+    configure_accelerator,
+    configure_cpu,
+    warn_if_cpu_unconfigured,
+    warn_if_inexact_matmuls,
+)
 
 __version__ = "0.1.0"
 
@@ -21,8 +27,10 @@ __all__ = [
     "Pipeline",
     "PipelineOutput",
     "__version__",
+    "configure_accelerator",
     "configure_cpu",
     "warn_if_cpu_unconfigured",
+    "warn_if_inexact_matmuls",
 ]
 
 _LAZY = {"Pipeline", "PipelineOutput"}

@@ -1,4 +1,5 @@
-"""Process-wide settings specjax recommends but never imposes: the XLA:CPU copy-insertion flag.
+"""Process-wide settings specjax recommends but never imposes: the XLA:CPU copy-insertion flag,
+and float32 matrix products computed in float32 on GPU/TPU.
 
 Inside a `lax.while_loop`, XLA:CPU copies every KV-cache buffer once per decode step unless
 `--xla_cpu_copy_insertion_use_region_analysis=true` is in `XLA_FLAGS` (measured: 4 cache-sized
@@ -12,6 +13,17 @@ first cell) opts in:
 
 `SPECJAX_NO_XLA_FLAGS=1` turns `configure_cpu` into a no-op and silences the warning of
 `warn_if_cpu_unconfigured`, which the decoders call on CPU when the flag is missing.
+
+On GPU and TPU, JAX's default precision computes float32 matrix products with TF32 or bfloat16
+passes. The target's logits then depend on how many tokens one call scores (the products take
+other shapes), so a verification pass and an autoregressive step disagree at near-ties.
+Sampling stays exact for the law the verifier computes, but greedy speculative output is no
+longer token-for-token the greedy autoregressive output (measured on an H100 with SmolLM2-135M:
+every draft differed somewhere in 18 prompts x 64 tokens; all were identical with "highest").
+`configure_accelerator()` asks for float32 products; `warn_if_inexact_matmuls`, called by the
+decoders, warns once when an accelerator runs with JAX's unset default. Any precision the
+application sets explicitly (`jax_default_matmul_precision`, e.g. "tensorfloat32" for speed)
+is respected and silences the warning.
 """
 
 from __future__ import annotations
@@ -24,10 +36,17 @@ FLAG = "--xla_cpu_copy_insertion_use_region_analysis"
 OPT_OUT = "SPECJAX_NO_XLA_FLAGS"
 
 _warned = False
+_warned_precision = False
+EXACT_PRECISIONS = ("highest", "float32")
 
 
 class CpuFlagWarning(UserWarning):
     """XLA:CPU runs without the copy-insertion flag (decoding loops copy their KV caches)."""
+
+
+class PrecisionWarning(UserWarning):
+    """An accelerator computes float32 matrix products in TF32/bfloat16 passes (JAX's default):
+    greedy speculative output may differ from greedy autoregressive output at near-ties."""
 
 
 def _flag_value(xla_flags: str) -> bool | None:
@@ -106,3 +125,53 @@ def warn_if_cpu_unconfigured() -> None:
         CpuFlagWarning,
         stacklevel=2,
     )
+
+
+def configure_accelerator() -> bool:
+    """Asks JAX for float32 matrix products computed in float32 ("highest") on GPU and TPU.
+
+    Then a verification pass scores each token as an autoregressive step does (up to float32
+    summation order), and greedy speculative decoding reproduces greedy decoding. Does nothing
+    when the default backend is the CPU, where float32 products are float32 already (and
+    changing the setting would only recompile programs). Programs traced afterwards use it;
+    the setting is part of JAX's compilation key, so no stale program is reused. Starts JAX's
+    backends: call `configure_cpu()` first.
+
+    Returns:
+      Whether the precision was set (an accelerator is the default backend).
+    """
+    import jax
+
+    if jax.default_backend() == "cpu":
+        return False
+    jax.config.update("jax_default_matmul_precision", "highest")
+    return True
+
+
+def warn_if_inexact_matmuls() -> None:
+    """Warns once per process when the default backend is an accelerator and JAX's float32
+    matmul precision is its unset default (TF32 or bfloat16 passes); see the module docstring.
+    Silent on CPU and once the application sets any precision explicitly."""
+    global _warned_precision
+    if _warned_precision:
+        return
+    import jax
+
+    if jax.default_backend() == "cpu" or jax.config.jax_default_matmul_precision is not None:
+        return
+    _warned_precision = True
+    warnings.warn(
+        "float32 matrix products on this accelerator use JAX's default precision (TF32 or "
+        "bfloat16 passes): a verification pass and an autoregressive step then round "
+        "differently, so greedy speculative output can differ from greedy decoding at "
+        "near-ties. Call specjax.configure_accelerator() for float32 products, or set "
+        "jax_default_matmul_precision yourself to silence this.",
+        PrecisionWarning,
+        stacklevel=2,
+    )
+
+
+def check_process_settings() -> None:
+    """The decoders' host-side check of the process settings above (each warns once)."""
+    warn_if_cpu_unconfigured()
+    warn_if_inexact_matmuls()

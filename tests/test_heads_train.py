@@ -16,11 +16,12 @@ import pytest
 
 from configs.heads import get_config
 from experiments.heads import train as heads_train
+from specjax.checkpoint import CheckpointError
 from specjax.decoding import SpeculativeDecoder, make_warper
 from specjax.models import EagleHead
 from specjax.training.eagle import HeadBatches, eagle_loss, frequent_tokens, output_columns
 from specjax.training.features import FeatureData
-from specjax.training.head_run import load_head_params, train_head
+from specjax.training.head_run import export_head, load_head, load_head_params, train_head
 
 SETTINGS = dict(
     num_steps=24, batch_size=4, seq_len=16, learning_rate=3e-3, warmup_steps=4,
@@ -81,6 +82,45 @@ def test_other_settings_are_refused(tiny, tmp_path):
         train_head(head, params, data, d, log=lambda s: None, **other)
     with pytest.raises(ValueError, match="unknown settings"):
         train_head(head, params, data, d, log=lambda s: None, lr=1.0)
+
+
+def test_an_exported_head_loads_bit_identical_and_damage_is_named(tiny, tmp_path):
+    """export_head drops the optimizer state and keeps every param bit for bit; a truncated or
+    overwritten file, a wrong suffix and a head of another shape are refused, naming the file."""
+    model, params, data = tiny
+    head = EagleHead(model)
+    run = str(tmp_path / "run")
+    trained, _ = train_head(head, params, data, run, log=lambda s: None, **SETTINGS)
+    path = export_head(run, model, str(tmp_path / "out" / "tiny.head.npz"))
+    loaded, exported = load_head(path, model)
+    assert loaded == head and _equal(exported, trained)
+    assert jax.tree.structure(exported) == jax.tree.structure(trained)
+    with pytest.raises(ValueError, match="must end in '.head.npz'"):
+        export_head(run, model, str(tmp_path / "tiny.npz"))
+
+    raw = open(path, "rb").read()
+    for name, damaged in [("cut", raw[: len(raw) // 2]), ("flipped", _flip_middle(raw))]:
+        bad = str(tmp_path / f"{name}.head.npz")
+        with open(bad, "wb") as f:
+            f.write(damaged)
+        with pytest.raises(CheckpointError, match=f"head file .*{name}.head.npz is damaged"):
+            load_head(bad, model)
+
+    with np.load(path) as f:
+        flat = {k: f[k] for k in f.files}
+    name = next(k for k in flat if k != "__settings__")
+    np.savez(str(tmp_path / "shape.head.npz"), **dict(flat, **{name: flat[name][..., :1]}))
+    with pytest.raises(CheckpointError, match="shape.head.npz: .* the head expects float32"):
+        load_head(str(tmp_path / "shape.head.npz"), model)
+    other_vocab, _ = heads_train.tiny_target(vocab=31)
+    with pytest.raises(ValueError, match="trained for another target shape"):
+        load_head(path, other_vocab)
+
+
+def _flip_middle(raw: bytes) -> bytes:
+    """`raw` with 64 bytes in the middle of the largest array's data inverted (CRC-32 fails)."""
+    mid = len(raw) // 2
+    return raw[:mid] + bytes(b ^ 0xFF for b in raw[mid : mid + 64]) + raw[mid + 64 :]
 
 
 def test_training_raises_acceptance(tmp_path):

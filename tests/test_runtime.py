@@ -125,3 +125,42 @@ print(json.dumps([w.category.__name__ for w in caught if "XLA_FLAGS" in str(w.me
     assert _run(code) == ["CpuFlagWarning"]
     configured = code.replace("import jax\n", "specjax.configure_cpu()\nimport jax\n", 1)
     assert _run(configured) == []
+
+
+def test_accelerators_warn_once_about_inexact_matmuls(monkeypatch):
+    """On a GPU/TPU backend with JAX's unset matmul precision (TF32/bfloat16 passes), the
+    decoders' settings check warns once, naming the fix; an explicit precision (the fix, or a
+    deliberate "tensorfloat32") and the CPU backend are silent."""
+    import warnings
+
+    import jax
+    import pytest
+
+    from specjax import runtime
+
+    monkeypatch.setattr(runtime, "_warned_precision", False)
+    before = jax.config.jax_default_matmul_precision
+    try:
+        jax.config.update("jax_default_matmul_precision", None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            runtime.warn_if_inexact_matmuls()  # the CPU: silent
+        monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+        with pytest.warns(runtime.PrecisionWarning, match="configure_accelerator"):
+            runtime.warn_if_inexact_matmuls()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            runtime.warn_if_inexact_matmuls()  # once per process
+            monkeypatch.setattr(runtime, "_warned_precision", False)
+            for explicit in ("tensorfloat32", "highest"):
+                jax.config.update("jax_default_matmul_precision", explicit)
+                runtime.warn_if_inexact_matmuls()
+        jax.config.update("jax_default_matmul_precision", None)
+        assert runtime.configure_accelerator()
+        assert jax.config.jax_default_matmul_precision == "highest"
+        monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+        jax.config.update("jax_default_matmul_precision", None)
+        assert not runtime.configure_accelerator()
+        assert jax.config.jax_default_matmul_precision is None
+    finally:
+        jax.config.update("jax_default_matmul_precision", before)

@@ -163,7 +163,7 @@ def build_drafts(
     if keep("uniform"):
         drafts["uniform"] = (UniformLM(vocab), {})
     for workdir in heads:
-        label = os.path.basename(os.path.normpath(workdir))
+        label = os.path.basename(os.path.normpath(workdir)).removesuffix(".head.npz")
         head, head_params = load_head(workdir, model)
         if isinstance(head, DistilledDraft):  # a plain model draft once trained
             name = f"distilled {head.num_layers} layers ({label})"

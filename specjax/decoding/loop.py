@@ -321,7 +321,7 @@ def generate(
     Returns:
       GenerationResult with per-call statistics (`.summary()` for α, tokens/iteration).
     """
-    runtime.warn_if_cpu_unconfigured()
+    runtime.check_process_settings()
     tokens, lengths = prepare(decoder, prompts, max_new_tokens)
     params = check_decoder_params(decoder, params)
     result = generate_jit(
@@ -350,7 +350,7 @@ def stream(
       decoder, params, prompts, key, max_new_tokens, eos_id: as for `generate`.
       view: optional function (tokens, counts) -> what to yield instead.
     """
-    runtime.warn_if_cpu_unconfigured()
+    runtime.check_process_settings()
     tokens, lengths = prepare(decoder, prompts, max_new_tokens)
     params = check_decoder_params(decoder, params)
     s = init_jit(

@@ -18,6 +18,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from specjax import checkpoint as ckpt_lib
 from specjax.training.eagle import HeadBatches, frequent_tokens, make_head_step, output_columns
@@ -178,7 +179,8 @@ def _run_settings(workdir: str) -> tuple[str, dict]:
 def load_head(workdir: str, target):
     """(the head for `target`, its newest good params) of a head run directory (an EagleHead,
     MedusaHeads or DistilledDraft, as the run recorded; a DistilledDraft's params are its own
-    blocks: `DistilledDraft.decode_model` makes the model draft).
+    blocks: `DistilledDraft.decode_model` makes the model draft), or of a file that
+    `export_head` wrote (a path ending in ".head.npz").
 
     The head's draft vocabulary (if any) comes from the run's settings; params are checked
     against their checksums (a damaged newest checkpoint falls back to the one before).
@@ -187,7 +189,10 @@ def load_head(workdir: str, target):
     from specjax.models.eagle_head import EagleHead
     from specjax.models.medusa_heads import MedusaHeads
 
-    directory, settings = _run_settings(workdir)
+    if workdir.endswith(EXPORT_SUFFIX):
+        settings, flat = _read_export(workdir)
+    else:
+        directory, settings = _run_settings(workdir)
     ids = settings.get("draft_ids")
     ids = None if ids is None else tuple(ids)
     kind = settings.get("kind", "EagleHead")
@@ -208,9 +213,11 @@ def load_head(workdir: str, target):
                 f"the head in {workdir!r} was trained for another target shape "
                 f"({settings.get('head')}), not {head.config}"
             )
-    checkpointer = ckpt_lib.Checkpointer(directory, keep=2, async_save=False)
     key = jax.random.PRNGKey(0)
     abstract = jax.eval_shape(head.init_params, key)
+    if workdir.endswith(EXPORT_SUFFIX):
+        return head, _unflatten(flat, abstract, workdir)
+    checkpointer = ckpt_lib.Checkpointer(directory, keep=2, async_save=False)
     tx = _optimizer(settings)
     restored = checkpointer.restore_latest(abstract, jax.eval_shape(tx.init, abstract))
     checkpointer.close()
@@ -223,3 +230,71 @@ def load_head_params(workdir: str, head):
     if loaded != head:
         raise ValueError(f"the head in {workdir!r} is not {head!r} (another draft vocabulary?)")
     return params
+
+
+EXPORT_SUFFIX = ".head.npz"
+_SETTINGS_KEY = "__settings__"
+
+
+def export_head(workdir: str, target, path: str) -> str:
+    """Writes a head run's newest good params and settings to one file, without the optimizer
+    state (a third of a checkpoint's size): what ships a trained head to another machine.
+
+    Args:
+      workdir: the head run directory.
+      target: the target the head was trained for (any weight layout).
+      path: the file to write; must end in ".head.npz".
+
+    `load_head(path, target)` reads it back bit-identical; the zip format's CRC-32 of each
+    array catches a damaged file at load time.
+
+    Returns:
+      `path`.
+    """
+    if not path.endswith(EXPORT_SUFFIX):
+        raise ValueError(f"path must end in {EXPORT_SUFFIX!r}, got {path!r}")
+    _, settings = _run_settings(workdir)
+    _, params = load_head(workdir, target)
+    leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+    flat = {jax.tree_util.keystr(k): np.asarray(v) for k, v in leaves}
+    flat[_SETTINGS_KEY] = np.asarray(json.dumps(settings))
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp.npz"
+    np.savez(tmp, **flat)
+    os.replace(tmp, path)
+    return path
+
+
+def _read_export(path: str) -> tuple[dict, dict]:
+    """(settings, {leaf path: array}) of an `export_head` file; CheckpointError if damaged."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            flat = {k: f[k] for k in f.files}
+        settings = json.loads(str(flat.pop(_SETTINGS_KEY)))
+    except OSError:
+        raise
+    except Exception as e:  # noqa: BLE001 - zip/CRC/JSON errors all mean a damaged file
+        raise ckpt_lib.CheckpointError(f"head file {path} is damaged or not a head: {e}") from e
+    return settings, flat
+
+
+def _unflatten(flat: dict, abstract, path: str):
+    """The params tree of `abstract`'s structure from an export's leaves, checking each leaf's
+    shape and dtype (a head of another shape is named, never silently loaded)."""
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(abstract)
+    names = [jax.tree_util.keystr(k) for k, _ in leaves]
+    if sorted(names) != sorted(flat):
+        raise ckpt_lib.CheckpointError(
+            f"head file {path} holds other params: missing {sorted(set(names) - set(flat))}, "
+            f"unexpected {sorted(set(flat) - set(names))}"
+        )
+    out = []
+    for name, (_, spec) in zip(names, leaves, strict=True):
+        value = flat[name]
+        if value.shape != spec.shape or value.dtype != spec.dtype:
+            raise ckpt_lib.CheckpointError(
+                f"head file {path}: {name} is {value.dtype}{list(value.shape)}, "
+                f"the head expects {spec.dtype}{list(spec.shape)}"
+            )
+        out.append(jnp.asarray(value))
+    return jax.tree_util.tree_unflatten(treedef, out)

@@ -359,7 +359,7 @@ def generate_beams(decoder, params: tuple, prompts, max_new_tokens, eos_id, key=
     The loop driver's own `generate` returns a `GenerationResult` of single sequences; beam
     decoders share its checks and its `LoopState` and return their finished hypotheses.
     """
-    runtime.warn_if_cpu_unconfigured()
+    runtime.check_process_settings()
     tokens, lengths = loop.prepare(decoder, prompts, max_new_tokens)
     params = loop.check_decoder_params(decoder, params)
     eos = loop.eos_value(eos_id, decoder.vocab_size)
