@@ -37,7 +37,6 @@ OPT_OUT = "SPECJAX_NO_XLA_FLAGS"
 
 _warned = False
 _warned_precision = False
-EXACT_PRECISIONS = ("highest", "float32")
 
 
 class CpuFlagWarning(UserWarning):
