@@ -118,7 +118,7 @@ def test_an_exported_head_loads_bit_identical_and_damage_is_named(tiny, tmp_path
 
 
 def _flip_middle(raw: bytes) -> bytes:
-    """`raw` with 64 bytes in the middle of the largest array's data inverted (CRC-32 fails)."""
+    """`raw` with 64 bytes in the middle of the file inverted (inside array data: CRC-32 fails)."""
     mid = len(raw) // 2
     return raw[:mid] + bytes(b ^ 0xFF for b in raw[mid : mid + 64]) + raw[mid + 64 :]
 

@@ -41,7 +41,7 @@ from specjax.decoding import (
 from specjax.models import EagleHead, MedusaHeads, SparseBigramLM, UniformLM, fit_sparse_bigram
 from specjax.models.build import truncated
 from specjax.models.distilled_draft import DistilledDraft
-from specjax.training.head_run import load_head
+from specjax.training.head_run import EXPORT_SUFFIX, load_head
 
 
 def chat_ids(tokenizer, prompts) -> list[np.ndarray]:
@@ -163,7 +163,7 @@ def build_drafts(
     if keep("uniform"):
         drafts["uniform"] = (UniformLM(vocab), {})
     for workdir in heads:
-        label = os.path.basename(os.path.normpath(workdir)).removesuffix(".head.npz")
+        label = os.path.basename(os.path.normpath(workdir)).removesuffix(EXPORT_SUFFIX)
         head, head_params = load_head(workdir, model)
         if isinstance(head, DistilledDraft):  # a plain model draft once trained
             name = f"distilled {head.num_layers} layers ({label})"

@@ -185,20 +185,34 @@ def load_head(workdir: str, target):
     The head's draft vocabulary (if any) comes from the run's settings; params are checked
     against their checksums (a damaged newest checkpoint falls back to the one before).
     """
+    if workdir.endswith(EXPORT_SUFFIX):
+        settings, flat = _read_export(workdir)
+        head = _head_of(settings, target, workdir)
+        return head, _unflatten(
+            flat, jax.eval_shape(head.init_params, jax.random.PRNGKey(0)), workdir
+        )
+    directory, settings = _run_settings(workdir)
+    head = _head_of(settings, target, workdir)
+    abstract = jax.eval_shape(head.init_params, jax.random.PRNGKey(0))
+    checkpointer = ckpt_lib.Checkpointer(directory, keep=2, async_save=False)
+    tx = _optimizer(settings)
+    restored = checkpointer.restore_latest(abstract, jax.eval_shape(tx.init, abstract))
+    checkpointer.close()
+    return head, restored[1]
+
+
+def _head_of(settings: dict, target, workdir: str):
+    """The head a run's settings describe, for `target`; ValueError if trained for another shape."""
     from specjax.models.distilled_draft import DistilledDraft
     from specjax.models.eagle_head import EagleHead
     from specjax.models.medusa_heads import MedusaHeads
 
-    if workdir.endswith(EXPORT_SUFFIX):
-        settings, flat = _read_export(workdir)
-    else:
-        directory, settings = _run_settings(workdir)
     ids = settings.get("draft_ids")
     ids = None if ids is None else tuple(ids)
     kind = settings.get("kind", "EagleHead")
     if kind == "MedusaHeads":
-        head = MedusaHeads(target, int(settings["head"].split("=")[1]), draft_ids=ids)
-    elif kind == "DistilledDraft":
+        return MedusaHeads(target, int(settings["head"].split("=")[1]), draft_ids=ids)
+    if kind == "DistilledDraft":
         layers = int(settings["head"].split()[0].split("=")[1])
         head = DistilledDraft(target, layers)
         if settings["head"] != describe_head(head)["head"]:
@@ -206,22 +220,14 @@ def load_head(workdir: str, target):
                 f"the draft in {workdir!r} was distilled for another target shape "
                 f"({settings['head']})"
             )
-    else:
-        head = EagleHead(target, draft_ids=ids)
-        if settings.get("head") != str(head.config):
-            raise ValueError(
-                f"the head in {workdir!r} was trained for another target shape "
-                f"({settings.get('head')}), not {head.config}"
-            )
-    key = jax.random.PRNGKey(0)
-    abstract = jax.eval_shape(head.init_params, key)
-    if workdir.endswith(EXPORT_SUFFIX):
-        return head, _unflatten(flat, abstract, workdir)
-    checkpointer = ckpt_lib.Checkpointer(directory, keep=2, async_save=False)
-    tx = _optimizer(settings)
-    restored = checkpointer.restore_latest(abstract, jax.eval_shape(tx.init, abstract))
-    checkpointer.close()
-    return head, restored[1]
+        return head
+    head = EagleHead(target, draft_ids=ids)
+    if settings.get("head") != str(head.config):
+        raise ValueError(
+            f"the head in {workdir!r} was trained for another target shape "
+            f"({settings.get('head')}), not {head.config}"
+        )
+    return head
 
 
 def load_head_params(workdir: str, head):
@@ -253,7 +259,7 @@ def export_head(workdir: str, target, path: str) -> str:
     """
     if not path.endswith(EXPORT_SUFFIX):
         raise ValueError(f"path must end in {EXPORT_SUFFIX!r}, got {path!r}")
-    _, settings = _run_settings(workdir)
+    _, settings = _run_settings(workdir)  # what load_head rebuilds the head from
     _, params = load_head(workdir, target)
     leaves = jax.tree_util.tree_flatten_with_path(params)[0]
     flat = {jax.tree_util.keystr(k): np.asarray(v) for k, v in leaves}
