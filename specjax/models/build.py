@@ -12,11 +12,11 @@ model config); this module stays below checkpoints and never reads files.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 
 from specjax.models.config import TransformerConfig
+from specjax.models.interface import init_params
 from specjax.models.ngram import NgramLM, UniformLM, fit_ngram
 from specjax.models.prompt_lookup import PromptLookupLM
 from specjax.models.transformer import TransformerLM
@@ -62,22 +62,6 @@ def model_config(
     fields.update(overrides)
     make = TransformerConfig.gpt2 if family == "gpt2" else TransformerConfig.llama
     return make(vocab_size, **fields)
-
-
-# Jitted with the (hashable) model static: one compiled program per model config, reused across
-# calls in one process, instead of one small eager dispatch per parameter.
-@functools.partial(jax.jit, static_argnums=0)
-def init_params(model, key: jax.Array):
-    """Random parameters of `model` from its own initialisers (one jitted program).
-
-    Args:
-      model: any model with `init_params(key)` (hashable: it is a static argument).
-      key: PRNG key.
-
-    Returns:
-      The parameter pytree.
-    """
-    return model.init_params(key)
 
 
 def init_model(fields, vocab_size: int, key: jax.Array, **kwargs):

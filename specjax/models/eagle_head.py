@@ -15,14 +15,16 @@ embeddings) rather than tokens, so it has `forward_features` instead of `apply`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from specjax import checks
 from specjax.models.config import TransformerConfig
 from specjax.models.draft_vocab import check_draft_ids, full_rows, target_columns
-from specjax.models.interface import causal_mask, chain_positions
+from specjax.models.interface import causal_mask, chain_positions, init_params
 from specjax.models.kv_cache import KVCache, init_kv_cache
 from specjax.models.transformer import Block
 
@@ -132,6 +134,8 @@ class EagleHead:
 
     def init_params(self, key: jax.Array) -> dict:
         """Random head parameters (fc, block_0; the target's embedding and head are not here)."""
+        if checks.is_concrete(key):  # eager: one jitted program, not op by op
+            return init_params(self, key)
         h = self.embed_dim
         feats = jnp.zeros((1, 1, h), self.config.compute_dtype)
         variables = self.module.init(
@@ -154,6 +158,8 @@ class EagleHead:
     ):
         """(predicted features [batch, T, embed], new state); see `EagleHeadModule`."""
         block = {k: v for k, v in params.items() if k != "lm_head"}
+        if checks.all_concrete(block, state, features, embeds, num_new, positions, mask):
+            return _features_jit(self, block, state, features, embeds, num_new, positions, mask)
         return self.module.apply(
             {"params": block}, features, embeds, num_new, state, positions, mask
         )
@@ -165,3 +171,9 @@ class EagleHead:
             return self.target.unembed(target_params, features)
         sub = features.astype(jnp.float32) @ head_params["lm_head"].astype(jnp.float32)
         return full_rows(sub, self.draft_ids, self.vocab_size)
+
+
+# Eager calls run as one jitted program, not op by op (see transformer._forward_jit).
+@functools.partial(jax.jit, static_argnums=0)
+def _features_jit(head, block, state, features, embeds, num_new, positions, mask):
+    return head.module.apply({"params": block}, features, embeds, num_new, state, positions, mask)

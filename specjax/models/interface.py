@@ -292,3 +292,22 @@ def check_params(models, params, names) -> None:
             f"{name} do not fit the model they are passed for ({describe_model(model)}): "
             f"the params {why}{hint}"
         )
+
+
+# Jitted with the (hashable) model static: one compiled program per model config, reused across
+# calls in one process, instead of one small eager dispatch per parameter.
+@functools.partial(jax.jit, static_argnums=0)
+def init_params(model, key: jax.Array):
+    """Random parameters of `model` from its own initialisers (one jitted program).
+
+    Args:
+      model: any model with `init_params(key)` (hashable: it is a static argument).
+      key: PRNG key.
+
+    Returns:
+      The parameter pytree.
+
+    A model's own `init_params`, called with a concrete key, comes here: flax would otherwise
+    initialise op by op, compiling every op for every new shape.
+    """
+    return model.init_params(key)

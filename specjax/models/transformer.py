@@ -9,6 +9,7 @@ attention mask default to a chain's (see `models/interface.py`); a token tree pa
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import flax.linen as nn
 import jax
@@ -22,6 +23,7 @@ from specjax.models.interface import (
     ModelOutput,
     causal_mask,
     chain_positions,
+    init_params,
 )
 from specjax.models.kv_cache import KVCache, init_kv_cache
 from specjax.models.layers import Mlp, Norm
@@ -151,7 +153,11 @@ class TransformerLM(ApplyFromForward):
         return Transformer(self.config)
 
     def init_params(self, key: jax.Array) -> dict:
-        """Random parameters (plain arrays; logical axes via `logical_axes`)."""
+        """Random parameters (plain arrays; logical axes via `logical_axes`).
+
+        Called eagerly, it runs as one jitted program (`build.init_params`), not op by op."""
+        if checks.is_concrete(key):
+            return init_params(self, key)
         cache = self.init_state(1, 8)
         variables = self.module.init(
             key, jnp.zeros((1, 1), jnp.int32), jnp.ones((1,), jnp.int32), cache
@@ -248,6 +254,20 @@ class TransformerLM(ApplyFromForward):
             checks.check_shape("positions", positions, (batch, t), "[batch, T]")
         if mask is not None:
             checks.check_shape("mask", mask, (batch, t, state.max_len), "[batch, T, max_len]")
+        if checks.all_concrete(params, state, tokens, num_new, positions, mask):
+            return _forward_jit(self, tuple(return_layers), params, state, tokens, num_new,
+                                positions, mask)  # fmt: skip
         return self.module.apply(
             {"params": params}, tokens, num_new, state, positions, mask, tuple(return_layers)
         )
+
+
+# An eager call (a test's reference pass, a notebook cell) would run the flax module op by op,
+# and XLA compiles every op for every new shape: dozens of tiny programs per model config. One
+# jitted program per (model, return_layers, shapes) instead. Inside a trace `forward` inlines the
+# module as before, so the decoders' programs do not change.
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _forward_jit(model, return_layers, params, state, tokens, num_new, positions, mask):
+    return model.module.apply(
+        {"params": params}, tokens, num_new, state, positions, mask, return_layers
+    )
