@@ -159,7 +159,7 @@ class EagleHead:
         """(predicted features [batch, T, embed], new state); see `EagleHeadModule`."""
         block = {k: v for k, v in params.items() if k != "lm_head"}
         if checks.all_concrete(block, state, features, embeds, num_new, positions, mask):
-            return _features_jit(self, block, state, features, embeds, num_new, positions, mask)
+            return _features_jit(self, params, state, features, embeds, num_new, positions, mask)
         return self.module.apply(
             {"params": block}, features, embeds, num_new, state, positions, mask
         )
@@ -175,5 +175,6 @@ class EagleHead:
 
 # Eager calls run as one jitted program, not op by op (see transformer._forward_jit).
 @functools.partial(jax.jit, static_argnums=0)
-def _features_jit(head, block, state, features, embeds, num_new, positions, mask):
-    return head.module.apply({"params": block}, features, embeds, num_new, state, positions, mask)
+def _features_jit(head, params, state, features, embeds, num_new, positions, mask):
+    return head.forward_features(params, state, features, embeds, num_new, positions=positions,
+                                 mask=mask)  # fmt: skip

@@ -155,7 +155,7 @@ class TransformerLM(ApplyFromForward):
     def init_params(self, key: jax.Array) -> dict:
         """Random parameters (plain arrays; logical axes via `logical_axes`).
 
-        Called eagerly, it runs as one jitted program (`build.init_params`), not op by op."""
+        Called eagerly, it runs as one jitted program (`interface.init_params`), not op by op."""
         if checks.is_concrete(key):
             return init_params(self, key)
         cache = self.init_state(1, 8)
@@ -268,6 +268,5 @@ class TransformerLM(ApplyFromForward):
 # module as before, so the decoders' programs do not change.
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _forward_jit(model, return_layers, params, state, tokens, num_new, positions, mask):
-    return model.module.apply(
-        {"params": params}, tokens, num_new, state, positions, mask, return_layers
-    )
+    return model.forward(params, state, tokens, num_new, positions=positions, mask=mask,
+                         return_layers=return_layers)  # fmt: skip
