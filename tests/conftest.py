@@ -27,12 +27,24 @@ Compile fast, except where the run is the cost. Most tests compile a program and
 times, so XLA:CPU's LLVM optimization is wasted on them: the session sets
 `--xla_backend_optimization_level=0` in XLA_FLAGS (inherited by workers, subprocesses and
 notebook kernels), which halves compile time (measured on the decoding fixture's cases: 13.4 s
--> 7.3 s of compilation, outputs bit-identical). The statistical files run one program over
-millions of rows, which unvectorized code makes 2-2.5x slower (tree_accept_stats 354 -> 756 s,
-block_accept_stats 83 -> 196 s): they carry `pytestmark = pytest.mark.runtime_bound`, and their
-programs are compiled at XLA's default level through jax's per-compilation options (see
-`_optimize_runtime_bound`). Set `SPECJAX_TEST_OPT_LEVEL` to another level, or put the flag in
-XLA_FLAGS yourself, to override.
+-> 7.3 s of compilation, outputs bit-identical). The statistical tests run one program over
+millions of rows, which unoptimized code makes 2-2.5x slower (tree_accept_stats 354 -> 756 s,
+block_accept_stats 83 -> 196 s): their files carry `pytestmark = pytest.mark.runtime_bound`, or
+single tests carry the mark, and their programs are compiled at level 1 through jax's
+per-compilation options (`_optimize_runtime_bound`).
+
+Levels and marks are placed by measurement, not by kind: every file that carried the mark was
+run at levels 0, 1 and 3 (XLA's default), test by test (`-p tests.compile_profile --junitxml`,
+-n 2, quiet machine, 2026-11-27). Level 1 keeps nearly all of level 3's run time at a fraction
+of its compile time: those 16 files took 1646 s of test time at level 3 and 1422 s at level 1
+(tree_accept_stats 227 -> 214 s, acceptance_stats 133 -> 129 s; at level 0 the latter takes
+252 s). Files of decoders checked with 2^14 rows per prompt compile more than they sample, and
+are faster unmarked, at level 0: test_eagle 180 s (206 at level 1, 251 at 3),
+test_dynamic_tree_decoding 156 (181, 205), test_lossy_accept 40 (47, 57),
+test_block_accept_decoder 21 (26, 27); in them, and in test_medusa (85 s, 80, 123), only the
+tests measured faster at level 1 carry the mark. Set `SPECJAX_TEST_OPT_LEVEL` (unmarked) or
+`SPECJAX_TEST_RUNTIME_OPT_LEVEL` (marked) to another level, or put the flag in XLA_FLAGS
+yourself, to override.
 """
 
 import atexit
@@ -47,7 +59,8 @@ from specjax import pretrained
 
 _SESSION_KEY = "SPECJAX_TEST_SESSION_DIR"
 OPT_FLAG = "xla_backend_optimization_level"
-DEFAULT_OPT_LEVEL = 3  # XLA's own default, for the `runtime_bound` files
+# For the `runtime_bound` files and tests (see the module doc).
+RUNTIME_OPT_LEVEL = int(os.environ.get("SPECJAX_TEST_RUNTIME_OPT_LEVEL", "1"))
 
 
 def _session_caches() -> None:
@@ -123,7 +136,7 @@ _optimized = {"on": False}
 
 
 def _install_optimization_switch() -> None:
-    """Makes every compilation, while `_optimized["on"]`, ask for XLA's default optimization.
+    """Makes every compilation, while `_optimized["on"]`, ask for RUNTIME_OPT_LEVEL.
 
     jax passes per-compilation options (`jax.jit(..., compiler_options=...)`) to XLA as
     overrides of XLA_FLAGS; this adds one to every compilation instead of to every `jax.jit` in
@@ -141,7 +154,7 @@ def _install_optimization_switch() -> None:
     def create_compile_options(computation, *args):
         *rest, compiler_options = args
         if _optimized["on"] and OPT_FLAG not in compiler_options:
-            compiler_options = {**compiler_options, OPT_FLAG: DEFAULT_OPT_LEVEL}
+            compiler_options = {**compiler_options, OPT_FLAG: RUNTIME_OPT_LEVEL}
         return original(computation, *rest, compiler_options)
 
     pxla.create_compile_options = create_compile_options
@@ -152,10 +165,19 @@ _install_optimization_switch()
 
 @pytest.fixture(autouse=True, scope="module")
 def _optimize_runtime_bound(request):
-    """Files marked `runtime_bound` compile at XLA's default optimization level."""
+    """Files marked `runtime_bound` compile at RUNTIME_OPT_LEVEL (their module fixtures too)."""
     _optimized["on"] = request.node.get_closest_marker("runtime_bound") is not None
     yield
     _optimized["on"] = False
+
+
+@pytest.fixture(autouse=True)
+def _optimize_runtime_bound_test(request):
+    """So do single tests marked `runtime_bound` in files that are not."""
+    saved = _optimized["on"]
+    _optimized["on"] = saved or request.node.get_closest_marker("runtime_bound") is not None
+    yield
+    _optimized["on"] = saved
 
 
 @pytest.fixture(scope="session")

@@ -28,8 +28,6 @@ from decoding_setup import (
 
 from specjax.decoding import SpeculativeDecoder, block_accept
 
-pytestmark = pytest.mark.runtime_bound  # sampling dominates: tests/conftest.py
-
 
 def test_greedy_block_decoder_equals_autoregressive():
     draft, draft_params = drafts()["noisy_self"]

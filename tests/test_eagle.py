@@ -34,7 +34,6 @@ from tests.heads_setup import tiny_llama
 
 T1 = make_warper(1.0)
 T0 = make_warper(0.0)
-pytestmark = pytest.mark.runtime_bound  # tests/conftest.py: sampling 2^14 rows per prompt
 
 
 @pytest.mark.parametrize("tie", [True, False])

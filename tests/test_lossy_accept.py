@@ -21,8 +21,6 @@ from specjax.decoding import LossyRuleWarning, SpeculativeDecoder, make_warper, 
 from specjax.decoding.rules import BoundRule, accept_rule, is_lossless, lossy
 from specjax.models import TransformerConfig, TransformerLM
 
-pytestmark = pytest.mark.runtime_bound  # sampling dominates: tests/conftest.py
-
 
 def test_rules_by_name_and_bad_arguments():
     rule = accept_rule("lenient:0.5")

@@ -29,7 +29,6 @@ from specjax.models import MedusaHeads
 from tests.heads_setup import tiny_llama
 
 T1, T0 = make_warper(1.0), make_warper(0.0)
-pytestmark = pytest.mark.runtime_bound  # tests/conftest.py: sampling 2^14 rows per prompt
 PROMPTS = ((2,), (1, 4, 3))
 
 
@@ -44,6 +43,7 @@ def _heads(vocab, draft_ids=None, seed=0):
     return target, tp, heads, hp
 
 
+@pytest.mark.runtime_bound  # tests/conftest.py: 2^14 rows per prompt; ~2-3 s faster at level 1
 def test_medusa_chain_with_a_reduced_vocabulary_is_lossless():
     target, tp, heads, hp = _heads(5, draft_ids=(0, 2, 3))
     dec = SpeculativeDecoder(target, heads, 3, T1, cache_len=32)
@@ -62,6 +62,7 @@ class _MisreportedQ(MedusaDrafter):
         return proposal.replace(probs=flat / flat.sum(-1, keepdims=True))
 
 
+@pytest.mark.runtime_bound  # tests/conftest.py: 2^14 rows per prompt; ~2-3 s faster at level 1
 def test_a_misreported_q_is_caught():
     target, tp, heads, hp = _heads(5)
     dec = SpeculativeDecoder(target, _MisreportedQ(heads, T1), 3, T1, cache_len=32)
@@ -70,6 +71,7 @@ def test_a_misreported_q_is_caught():
     assert not report.passed
 
 
+@pytest.mark.runtime_bound  # as above
 @pytest.mark.parametrize("replacement", [False, True], ids=["sequoia", "specinfer"])
 def test_medusa_tree_is_lossless(replacement):
     """Children drawn from head d's q at every depth-d node (the tree's shape fixed first)."""
