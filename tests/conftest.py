@@ -173,9 +173,10 @@ def _optimize_runtime_bound(request):
 
 @pytest.fixture(autouse=True)
 def _optimize_runtime_bound_test(request):
-    """So do single tests marked `runtime_bound` in files that are not."""
+    """So do single tests marked `runtime_bound` in files that are not (a test's closest
+    marker includes its file's)."""
     saved = _optimized["on"]
-    _optimized["on"] = saved or request.node.get_closest_marker("runtime_bound") is not None
+    _optimized["on"] = request.node.get_closest_marker("runtime_bound") is not None
     yield
     _optimized["on"] = saved
 
