@@ -48,12 +48,19 @@ def _repeat_calls(model, params, state, tokens, steps, tree=None):
     return acc, state.lengths
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _apply(model, params, state, tokens, num_new):
+    # One jitted function for every prefill: a fresh `jax.jit(model.apply)` per call would be
+    # a new cache each time, recompiling the same program for every width and round.
+    return model.apply(params, state, tokens, num_new)
+
+
 def prefilled_state(model, params, batch: int, context: int, cache_len: int, seed: int = 0):
     """A model state holding `context` random tokens per row."""
     check_params((model,), (params,), ("params",))
     tokens = jax.random.randint(jax.random.PRNGKey(seed), (batch, context), 0, model.vocab_size)
     state = model.init_state(batch, cache_len)
-    _, state = jax.jit(model.apply)(params, state, tokens, jnp.full((batch,), context, jnp.int32))
+    _, state = _apply(model, params, state, tokens, jnp.full((batch,), context, jnp.int32))
     return state
 
 
