@@ -42,7 +42,7 @@ def run(tmp_path_factory):
     c = config.adaptive
     c.pretrained = path
     c.draft_head = head_dir
-    c.policies = ("heuristic", "theory_loop")
+    c.policies = ("heuristic", "theory_loop+auto")  # +auto: calibrated like theory_loop
     c.max_new_tokens = 5
     c.cost_context = 8
     workdir = os.fspath(root / "run")

@@ -60,6 +60,11 @@ def policy_of(name: str, t_target: dict, t_draft: float, iteration_costs=None):
     return policy, widths or "static"
 
 
+def needs_iteration_costs(policies) -> bool:
+    """Whether a policy list holds `theory_loop` (with or without a "+auto" suffix)."""
+    return any(name.partition("+")[0] == "theory_loop" for name in policies)
+
+
 def _policy_only(name: str, t_target: dict, t_draft: float, static: bool):
     if name == "heuristic":
         return HeuristicGamma()
@@ -143,7 +148,7 @@ def run(c, workdir: str, log=print) -> dict:
                 for g in c.gammas
             }
             per_iteration = None
-            if "theory_loop" in c.policies:
+            if needs_iteration_costs(c.policies):
                 if tuple(c.gammas) != tuple(range(1, gamma_max + 1)):
                     raise ValueError(f"theory_loop needs gammas = 1..gamma_max, got {c.gammas}")
                 per_iteration = iteration_costs(

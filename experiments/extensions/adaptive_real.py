@@ -33,7 +33,7 @@ import numpy as np
 
 from experiments.common import real_drafts
 from experiments.common.real_prompts import SAMPLE_PROMPTS, TASKS, Prompt, by_task
-from experiments.extensions.adaptive import iteration_costs, policy_of
+from experiments.extensions.adaptive import iteration_costs, needs_iteration_costs, policy_of
 from specjax.benchmark.costs import call_cost
 from specjax.benchmark.timing import interleaved, ratio_interval
 from specjax.decoding import SpeculativeDecoder, make_warper, summarize_stats
@@ -174,7 +174,7 @@ def run(c, workdir: str, log=print) -> dict:
 
         decoders = {f"fixed{g}": decoder(g) for g in c.gammas}
         per_iteration = None
-        if "theory_loop" in c.policies:
+        if needs_iteration_costs(c.policies):
             per_iteration = iteration_costs(
                 decoders, c.gammas, tparams, dparams, calibration, key, 32, time.perf_counter
             )
