@@ -11,6 +11,8 @@ loader's refusals are exercised on files that differ from a good one in one fiel
 
 from __future__ import annotations
 
+import os
+
 import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as Q
@@ -214,3 +216,26 @@ def _hf(gguf_name: str) -> str:
     from specjax.convert.gguf import _hf_name
 
     return _hf_name(gguf_name)
+
+
+def write_tiny_chat_pair(root, steps: int = 4) -> tuple[str, str]:
+    """(tiny.gguf path, trained draft workdir) under `root`: a tiny Llama GGUF with a chat
+    template standing in for SmolLM2 (context 1024, tied embeddings), and its distilled
+    one-layer draft trained for `steps` steps by the heads mode (as real runs train distilled2).
+    """
+    from configs import heads as heads_config
+    from experiments.heads import train
+
+    path = os.path.join(os.fspath(root), "tiny.gguf")
+    write_tiny_gguf(path, context=1024, tied=True)
+    head = heads_config.get_config(f"distilled,layers=1,steps={steps},prompts=4")
+    head.target = path
+    head.data.max_new_tokens = 8
+    head.data.batch_size = 4
+    head.train.seq_len = 32
+    head.train.ce_vocab = 0
+    head.train.checkpoint_every = 2
+    head.train.warmup_steps = 1
+    head_dir = os.path.join(os.fspath(root), "distilled1-tiny")
+    train.run(head, head_dir)
+    return path, head_dir

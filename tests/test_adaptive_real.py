@@ -16,28 +16,15 @@ import numpy as np
 import pytest
 
 from configs import extensions as ext_config
-from configs import heads as heads_config
 from experiments.common.real_prompts import TASKS
 from experiments.extensions import adaptive, adaptive_real, pipeline
-from experiments.heads import train
-from tests.gguf_writer import write_tiny_gguf
+from tests.gguf_writer import write_tiny_chat_pair
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("adaptive-real")
-    path = os.fspath(root / "tiny.gguf")
-    write_tiny_gguf(path, context=1024, tied=True)
-    head = heads_config.get_config("distilled,layers=1,steps=2,prompts=4")
-    head.target = path
-    head.data.max_new_tokens = 8
-    head.data.batch_size = 4
-    head.train.seq_len = 32
-    head.train.ce_vocab = 0
-    head.train.checkpoint_every = 2
-    head.train.warmup_steps = 1
-    head_dir = os.fspath(root / "distilled1-tiny")
-    train.run(head, head_dir)
+    path, head_dir = write_tiny_chat_pair(tmp_path_factory.mktemp("adaptive-real"), steps=2)
+    root = os.path.dirname(path)
     config = ext_config.get_config("smollm2,gammas=1/2,per_task=1,repeats=2,temperatures=0")
     c = config.adaptive
     c.pretrained = path
@@ -45,7 +32,7 @@ def run(tmp_path_factory):
     c.policies = ("heuristic", "theory_loop+auto")  # +auto: calibrated like theory_loop
     c.max_new_tokens = 5
     c.cost_context = 8
-    workdir = os.fspath(root / "run")
+    workdir = os.path.join(root, "run")
     return config, workdir, pipeline.run(config, workdir, log=lambda *_: None)["adaptive"]
 
 

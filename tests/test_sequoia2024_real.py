@@ -12,28 +12,15 @@ import os
 
 import pytest
 
-from configs import heads as heads_config
 from configs import sequoia2024 as seq_config
-from experiments.heads import train
 from experiments.sequoia2024 import pipeline, real, report
-from tests.gguf_writer import write_tiny_gguf
+from tests.gguf_writer import write_tiny_chat_pair
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    root = tmp_path_factory.mktemp("seq-real")
-    path = os.fspath(root / "tiny.gguf")
-    write_tiny_gguf(path, context=1024, tied=True)
-    head = heads_config.get_config("distilled,layers=1,steps=4,prompts=4")
-    head.target = path
-    head.data.max_new_tokens = 8
-    head.data.batch_size = 4
-    head.train.seq_len = 32
-    head.train.ce_vocab = 0
-    head.train.checkpoint_every = 2
-    head.train.warmup_steps = 1
-    head_dir = os.fspath(root / "distilled1-tiny")
-    train.run(head, head_dir)
+    path, head_dir = write_tiny_chat_pair(tmp_path_factory.mktemp("seq-real"))
+    root = os.path.dirname(path)
     config = seq_config.get_config("smollm2,sizes=1/2/4,methods=chain/sequoia,gammas=1,repeats=1")
     config.pretrained = path
     config.draft_head = head_dir
@@ -46,7 +33,7 @@ def results(tmp_path_factory):
     config.walltime_prompts = 1
     config.cost_steps = 2
     config.cost_rounds = 1
-    workdir = os.fspath(root / "run")
+    workdir = os.path.join(root, "run")
     return pipeline.run(config, workdir), config, workdir
 
 
