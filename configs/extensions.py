@@ -99,7 +99,6 @@ def _adaptive_smollm2(c: ml_collections.ConfigDict) -> None:
     c.draft_head = "distilled2"  # or a trained distilled draft's workdir or exported file
     c.heads_dir = ""  # "": $SPECJAX_CACHE/heads
     c.corpus = "our chat prompts"  # experiments/common/real_prompts
-    c.drafts = ("distilled2",)
     c.gammas = (1, 2, 3, 4, 5)  # 1..gamma_max: theory_loop calibrates on every fixed γ
     # +auto: verify only as wide as the drafts (T(k) grows with k on a CPU); theory_loop's
     # costs are calibrated on fixed-γ decoders, which verify γ + 1, so it verifies the same way.

@@ -109,3 +109,10 @@ def test_a_decoder_with_other_tokens_breaks_greedy_identity():
     assert adaptive_real._identical(timed, ["fixed1", "p"], "fixed1") is True
     timed[("p", TASKS[-1])] = timing([1, 2, 4])  # one token differs, on one task
     assert adaptive_real._identical(timed, ["fixed1", "p"], "fixed1") is False
+
+
+def test_theory_loop_needs_every_gamma_up_to_gamma_max_before_any_work():
+    config = ext_config.get_config("smollm2,gammas=2/3")
+    config.adaptive.pretrained = "/nonexistent.gguf"  # never reached: the check comes first
+    with pytest.raises(ValueError, match="theory_loop needs gammas"):
+        adaptive_real.run(config.adaptive, "", log=lambda *_: None)

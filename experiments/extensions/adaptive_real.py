@@ -124,12 +124,14 @@ def goals(block: dict, policies, tasks=TASKS) -> dict:
 def run(c, workdir: str, log=print) -> dict:
     """Measures every fixed γ and policy per temperature; returns JSON-able results."""
     del workdir  # the draft lives in the heads cache; results are written by the pipeline
+    gamma_max = max(c.gammas)
+    if needs_iteration_costs(c.policies) and tuple(c.gammas) != tuple(range(1, gamma_max + 1)):
+        raise ValueError(f"theory_loop needs gammas = 1..gamma_max, got {c.gammas}")
     target, tparams, tokenizer, draft, dparams, draft_name = real_drafts.distilled_pair(c, log)
     prompts = {task: by_task(task)[: c.per_task] for task in TASKS}
     ids = {task: real_drafts.chat_ids(tokenizer, ps) for task, ps in prompts.items()}
     calibration = real_drafts.chat_ids(tokenizer, [Prompt("calibration", SAMPLE_PROMPTS[0])])
     bucket = _bucket([x for v in ids.values() for x in v] + calibration, c.cache_len)
-    gamma_max = max(c.gammas)
     where = dict(context=c.cost_context, cache_len=c.cache_len, steps=16, repeats=7)
 
     def cost(model, params, k):  # each width's fastest sample: load only adds time
@@ -200,8 +202,8 @@ def run(c, workdir: str, log=print) -> dict:
         }
         timed = interleaved(calls, c.repeats)
         block = dict(temperature=float(t), sets=_block(timed, list(decoders), fixed, sets))
-        if float(t) == 0.0:  # greedy: every decoder must emit the fixed1 decoder's tokens
-            block["greedy_identical"] = _identical(timed, list(decoders), "fixed1")
+        if float(t) == 0.0:  # greedy: every decoder must emit the first fixed γ's tokens
+            block["greedy_identical"] = _identical(timed, list(decoders), fixed[0])
         if per_iteration is not None:
             block["iteration_ms"] = [x * 1e3 for x in per_iteration]
         block["goals"] = goals(block["sets"], c.policies)
