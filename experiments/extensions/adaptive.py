@@ -78,6 +78,14 @@ def _policy_only(name: str, t_target: dict, t_draft: float, static: bool):
     raise ValueError(f"policies: unknown policy {name!r}")
 
 
+def decode_each(decoder, tparams, dparams, prompts, key, new: int, eos_id=None) -> list:
+    """One `generate` call per prompt (batch 1, the paper's setting); their results."""
+    return [
+        decoder.generate(tparams, dparams, prompts=[p], key=key, max_new_tokens=new, eos_id=eos_id)
+        for p in prompts
+    ]
+
+
 def iteration_costs(
     decoders: dict, gammas, tparams, dparams, prompts, key, new: int, clock=time.process_time
 ) -> list:
@@ -90,9 +98,7 @@ def iteration_costs(
     costs = []
     for g in gammas:
         d = decoders[f"fixed{g}"]
-        fn = lambda d=d: [
-            d.generate(tparams, dparams, prompts=[p], key=key, max_new_tokens=new) for p in prompts
-        ]
+        fn = lambda d=d: decode_each(d, tparams, dparams, prompts, key, new)
         timing = time_call(fn, repeats=3, clock=clock)
         calls = summarize_stats([r.stats for r in timing.output])["target_calls"]
         costs.append(timing.median / calls)
@@ -168,16 +174,9 @@ def run(c, workdir: str, log=print) -> dict:
                 )
             calls = {
                 label: (
-                    lambda d=d, dp=dparams, k=key: [
-                        d.generate(
-                            tparams,
-                            dp,
-                            prompts=[p],
-                            key=k,
-                            max_new_tokens=c.max_new_tokens,
-                        )
-                        for p in prompts
-                    ]
+                    lambda d=d, dp=dparams, k=key: decode_each(
+                        d, tparams, dp, prompts, k, c.max_new_tokens
+                    )
                 )
                 for label, d in decoders.items()
             }

@@ -33,7 +33,12 @@ import numpy as np
 
 from experiments.common import real_drafts
 from experiments.common.real_prompts import SAMPLE_PROMPTS, TASKS, Prompt, by_task
-from experiments.extensions.adaptive import iteration_costs, needs_iteration_costs, policy_of
+from experiments.extensions.adaptive import (
+    decode_each,
+    iteration_costs,
+    needs_iteration_costs,
+    policy_of,
+)
 from specjax.benchmark.costs import call_cost
 from specjax.benchmark.timing import interleaved, ratio_interval
 from specjax.decoding import SpeculativeDecoder, make_warper, summarize_stats
@@ -45,10 +50,6 @@ def _bucket(ids, cache_len: int) -> int:
     """One padded prompt width for every prompt (one program per decoder): the next power of
     two at or above the longest prompt, at most cache_len."""
     return min(1 << (max(len(x) for x in ids) - 1).bit_length(), cache_len)
-
-
-def _stats(outputs) -> dict:
-    return summarize_stats([r.stats for r in outputs])
 
 
 def _fixed_gamma(label: str) -> float:
@@ -66,7 +67,7 @@ def _block(timed: dict, labels, fixed, sets) -> dict:
         per = {}
         for label in labels:
             outputs = [r for task in tasks for r in timed[(label, task)].output]
-            s = _stats(outputs)
+            s = summarize_stats([r.stats for r in outputs])
             seconds = np.sum([timed[(label, task)].samples for task in tasks], axis=0)
             per[label] = dict(
                 decoder=label,
@@ -185,17 +186,9 @@ def run(c, workdir: str, log=print) -> dict:
             decoders[label] = decoder(gamma_max, policy, widths)
         calls = {
             (label, task): (
-                lambda d=d, ps=ids[task], k=key: [
-                    d.generate(
-                        tparams,
-                        dparams,
-                        prompts=[p],
-                        key=k,
-                        max_new_tokens=c.max_new_tokens,
-                        eos_id=tokenizer.eos_id,
-                    )
-                    for p in ps
-                ]
+                lambda d=d, ps=ids[task], k=key: decode_each(
+                    d, tparams, dparams, ps, k, c.max_new_tokens, tokenizer.eos_id
+                )
             )
             for label, d in decoders.items()
             for task in TASKS
