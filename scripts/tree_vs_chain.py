@@ -56,7 +56,7 @@ def _decoder(config, target, draft, warper, name, acceptance):
     else:
         size, _, depth = name.partition("d")
         tree = optimal_tree(acceptance, int(size), int(depth) if depth else None)
-    return pipeline._decoder(config, target, draft, warper, "sequoia", tree), tree
+    return pipeline.method_decoder(config, target, draft, warper, "sequoia", tree), tree
 
 
 def main(argv):

@@ -131,7 +131,7 @@ def measure_acceptance(config, target, tparams, draft, dparams, prompts, t: floa
     )
 
 
-def _decoder(config, target, draft, warper, method: str, tree):
+def method_decoder(config, target, draft, warper, method: str, tree):
     """The decoder of one method's tree (the chain decoder for chains)."""
     if tree.max_branch == 1:  # a chain, whatever the method: the chain decoder
         return SpeculativeDecoder(
@@ -183,7 +183,7 @@ def tokens_per_call(config, target, tparams, draft, dparams, t, acceptance, prom
                 row["expected"] = 1.0 + expected_accepted(tree, positional)
                 rows.append(row)
                 continue
-            dec = _decoder(config, target, draft, warper, method, tree)
+            dec = method_decoder(config, target, draft, warper, method, tree)
             result, summary = _stats_run(dec, (tparams, dparams), prompts, key, new)
             measured = summary.get("sampler_tokens_per_iteration", summary["tokens_per_iteration"])
             row = dict(
@@ -229,7 +229,7 @@ def loop_choice(config, target, tparams, draft, dparams, warper, candidates, pro
     shortlist = [best_by_size[n] for n in sorted(best_by_size)]
     programs = {"ar": (AutoregressiveDecoder(target, warper, cache_len=config.cache_len), None)}
     for c in shortlist:
-        dec = _decoder(config, target, draft, warper, "sequoia", c["tree"])
+        dec = method_decoder(config, target, draft, warper, "sequoia", c["tree"])
         programs[c["nodes"]] = (dec, c)
     samples = {k: [] for k in programs}
     kw = dict(steps=config.cost_steps, repeats=config.cost_repeats)
@@ -289,7 +289,7 @@ def walltime(config, target, tparams, draft, dparams, t, acceptance, costs, prom
     for name, tree in trees.items():
         if tree.max_branch == 1 and tree.num_nodes - 1 in config.gammas:
             continue  # a chain: timed as the chain of that gamma
-        decoders[name] = (_decoder(config, target, draft, warper, "sequoia", tree), tree)
+        decoders[name] = (method_decoder(config, target, draft, warper, "sequoia", tree), tree)
     key = jax.random.PRNGKey(config.seed)
     new = config.max_new_tokens
 
