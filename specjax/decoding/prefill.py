@@ -29,21 +29,33 @@ def prefill(model, params, state, prompts: jax.Array, prompt_lengths: jax.Array)
     return state
 
 
-def prefill_features(model, params, state, prompts: jax.Array, prompt_lengths: jax.Array):
-    """`prefill` through the model's `forward`, also returning its hidden states (jittable).
+def prefill_features(
+    model, params, state, prompts: jax.Array, prompt_lengths: jax.Array, layers: tuple = ()
+):
+    """`prefill` through the model's `forward`, also returning its features (jittable).
 
     For decoders whose drafter reads the target's features (`drafters.base.reads_features`).
 
     Returns:
-      (state holding prompt_lengths - 1 tokens per row, hidden [batch, P, embed]: the hidden
-      state after each prompt token, valid for the first prompt_lengths - 1 positions).
+      (state holding prompt_lengths - 1 tokens per row, features [batch, P, F]: after each
+      prompt token, valid for the first prompt_lengths - 1 positions; see `target_features`).
     """
     if not hasattr(model, "forward"):
         raise TypeError(
             f"a drafter that reads the target's features needs a target with `forward` (hidden "
             f"states); {type(model).__name__} has none"
         )
-    out = model.forward(params, state, prompts, prompt_lengths - 1)
+    out = model.forward(params, state, prompts, prompt_lengths - 1, return_layers=layers)
     if out.hidden is None:
         raise TypeError(f"{type(model).__name__}.forward returns no hidden states")
-    return out.state, out.hidden
+    return out.state, target_features(out, layers)
+
+
+def target_features(out, layers: tuple = ()) -> jax.Array:
+    """What a feature-reading drafter reads from a `forward` output: the final hidden state
+    [batch, T, embed] (layers ()), or the residual streams after `layers`, concatenated,
+    [batch, T, len(layers) * embed] (`drafters.base.feature_layers`)."""
+    if not layers:
+        return out.hidden
+    batch, width = out.layers.shape[:2]
+    return out.layers.reshape(batch, width, -1)

@@ -1,7 +1,7 @@
 """Models behind one decoding interface (see `interface.py`)."""
 
 from specjax.models.config import RopeScaling, TransformerConfig
-from specjax.models.eagle_head import EagleHead
+from specjax.models.eagle_head import EagleHead, eagle3_layers
 from specjax.models.interface import LanguageModel, ModelOutput, check_pair, state_logical_axes
 from specjax.models.kv_cache import KVCache, rollback, select_rows
 from specjax.models.layout import with_matmul
@@ -13,6 +13,7 @@ from specjax.models.transformer import Transformer, TransformerLM
 
 __all__ = [
     "EagleHead",
+    "eagle3_layers",
     "MedusaHeads",
     "KVCache",
     "LanguageModel",

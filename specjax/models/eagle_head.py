@@ -1,4 +1,4 @@
-"""`EagleHead`: an EAGLE-1 feature head, a one-block transformer predicting the target's features.
+"""`EagleHead`: an EAGLE feature head, a one-block transformer drafting from the target's features.
 
 EAGLE (Li et al. 2024) drafts at the feature level. At position t the head reads the target's
 final hidden state f_t and the embedding of the next token x_{t+1} (the target's own table),
@@ -6,6 +6,14 @@ fuses them, fc(concat(embed(x_{t+1}), f_t)) (2H -> H, with bias), runs one decod
 target's family over its own KV cache, and outputs a predicted f_{t+1}. The target's frozen
 output layer turns that into q(x_{t+2}). Drafting continues on the head's own predictions:
 (f^_{t+1}, x_{t+2}) -> f^_{t+2} -> ...
+
+EAGLE-3 form (Li et al. 2025), `EagleHead(target, feature_layers=(i, j, k), draft_ids=...)`: the
+head reads the residual stream after three target blocks (low, middle, high) instead of the final
+hidden state, fused by a matrix g_t = concat(l_t, m_t, h_t) @ fuse (3H -> H, param "fuse"), and
+drafts with its own output layer over a reduced vocabulary. Its outputs are no longer asked to
+equal a target feature: while drafting it feeds its own output a_{t+1} where g_{t+1} would be,
+and training-time test trains it that way (`training/eagle3.py`). So true features enter
+through `fuse_features` (identity for EAGLE-1) and predicted ones go in as they are.
 
 The head is a model in the `models/interface.py` sense only partly: it is fed (features, token
 embeddings) rather than tokens, so it has `forward_features` instead of `apply`. Its drafter is
@@ -83,6 +91,9 @@ class EagleHead:
 
     Attributes:
       target: the target model (a `TransformerLM`: its `embed`/`unembed` are shared, frozen).
+      feature_layers: () (EAGLE-1): the head reads the target's final hidden state. Else the
+        target blocks (0-based) whose output residual streams it reads and fuses (EAGLE-3:
+        low, middle, high; `eagle3_layers(num_layers)`), param "fuse" [len * embed, embed].
       config: the head's config; None (the default): the target's block shape with one layer,
         in the "xla" layout (trainable: the packed layout is an inference format).
       draft_ids: None: q over the full vocabulary through the target's output layer (EAGLE-1).
@@ -96,6 +107,7 @@ class EagleHead:
     target: object
     config: TransformerConfig | None = None
     draft_ids: tuple | None = None
+    feature_layers: tuple = ()
 
     def __post_init__(self):
         tcfg = getattr(self.target, "config", None)
@@ -109,6 +121,13 @@ class EagleHead:
         if self.draft_ids is not None:
             ids = check_draft_ids(self.draft_ids, tcfg.vocab_size)
             object.__setattr__(self, "draft_ids", ids)
+        layers = tuple(int(i) for i in self.feature_layers)
+        if len(set(layers)) != len(layers) or any(not 0 <= i < tcfg.num_layers for i in layers):
+            raise ValueError(
+                f"feature_layers must be distinct blocks of the target (0..{tcfg.num_layers - 1})"
+                f", got {self.feature_layers!r}"
+            )
+        object.__setattr__(self, "feature_layers", layers)
         if self.config.embed_dim != tcfg.embed_dim:
             raise ValueError(
                 f"config.embed_dim={self.config.embed_dim} must equal the target's embed_dim="
@@ -122,6 +141,11 @@ class EagleHead:
     @property
     def embed_dim(self) -> int:
         return self.config.embed_dim
+
+    @property
+    def feature_dim(self) -> int:
+        """Width of the true features the head reads: embed, or len(feature_layers) * embed."""
+        return self.embed_dim * max(len(self.feature_layers), 1)
 
     @property
     def module(self) -> EagleHeadModule:
@@ -142,6 +166,10 @@ class EagleHead:
             key, feats, feats, jnp.ones((1,), jnp.int32), self.init_state(1, 8)
         )
         params = dict(nn.meta.unbox(variables["params"]))
+        if self.feature_layers:  # variance-preserving for a sum of len(layers) * embed inputs
+            shape = (self.feature_dim, h)
+            fuse = jax.random.normal(jax.random.fold_in(key, 2), shape) / self.feature_dim**0.5
+            params["fuse"] = fuse.astype(self.config.weights_dtype)
         if self.draft_ids is not None:
             shape = (h, len(self.draft_ids))
             params["lm_head"] = 0.02 * jax.random.normal(jax.random.fold_in(key, 1), shape)
@@ -153,11 +181,21 @@ class EagleHead:
             return params
         return dict(params, lm_head=target_columns(self.target, target_params, self.draft_ids))
 
+    def fuse_features(self, params, features) -> jax.Array:
+        """The head's input from true target features: [..., feature_dim] -> [..., embed]
+        (EAGLE-3: the fused layers; EAGLE-1: the final hidden state as it is)."""
+        if not self.feature_layers:
+            return features
+        return features.astype(params["fuse"].dtype) @ params["fuse"]
+
     def forward_features(
         self, params, state, features, embeds, num_new, *, positions=None, mask=None
     ):
-        """(predicted features [batch, T, embed], new state); see `EagleHeadModule`."""
-        block = {k: v for k, v in params.items() if k != "lm_head"}
+        """(predicted features [batch, T, embed], new state); see `EagleHeadModule`.
+
+        `features` [batch, T, embed] are the head's inputs: `fuse_features` of true target
+        features, or its own predictions."""
+        block = {k: v for k, v in params.items() if k not in ("lm_head", "fuse")}
         if checks.all_concrete(block, state, features, embeds, num_new, positions, mask):
             return _features_jit(self, params, state, features, embeds, num_new, positions, mask)
         return self.module.apply(
@@ -171,6 +209,14 @@ class EagleHead:
             return self.target.unembed(target_params, features)
         sub = features.astype(jnp.float32) @ head_params["lm_head"].astype(jnp.float32)
         return full_rows(sub, self.draft_ids, self.vocab_size)
+
+
+def eagle3_layers(num_layers: int) -> tuple:
+    """EAGLE-3's low, middle and high blocks (0-based) of a `num_layers` target: the outputs its
+    code reads as hidden_states[2], [n // 2] and [n - 3] (index 0 being the embeddings)."""
+    if num_layers < 4:
+        raise ValueError(f"num_layers must be >= 4 for three distinct layers, got {num_layers}")
+    return (1, num_layers // 2 - 1, num_layers - 4)
 
 
 # Eager calls run as one jitted program, not op by op (see transformer._forward_jit).

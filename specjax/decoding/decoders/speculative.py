@@ -32,11 +32,17 @@ from flax import struct
 from specjax.decoding import loop, rules
 from specjax.decoding.decoders.verify_width import check_widths, score_to_longest
 from specjax.decoding.drafters.adaptive import AdaptiveDrafter, check_policy
-from specjax.decoding.drafters.base import Drafter, Verdict, is_drafter, reads_features
+from specjax.decoding.drafters.base import (
+    Drafter,
+    Verdict,
+    feature_layers,
+    is_drafter,
+    reads_features,
+)
 from specjax.decoding.drafters.feature_heads import check_feature_target, head_drafter
 from specjax.decoding.drafters.model import ModelDrafter
 from specjax.decoding.loop import LoopState
-from specjax.decoding.prefill import prefill, prefill_features
+from specjax.decoding.prefill import prefill, prefill_features, target_features
 from specjax.decoding.rules.acceptance import speculative_accept
 from specjax.decoding.sampling import Warper
 from specjax.decoding.state import GenerationResult, emit, last_tokens
@@ -100,8 +106,9 @@ class SpeculativeSteps:
         t_state = self.target.init_state(prompts.shape[0], self.cache_len)
         if reads_features(self.drafter):
             t_state, hidden = prefill_features(
-                self.target, target_params, t_state, prompts, prompt_lengths
-            )
+                self.target, target_params, t_state, prompts, prompt_lengths,
+                feature_layers(self.drafter),
+            )  # fmt: skip
             d_state = self.drafter.init(params, prompts, prompt_lengths, self.cache_len, hidden)
         else:
             t_state = prefill(self.target, target_params, t_state, prompts, prompt_lengths)
@@ -363,12 +370,16 @@ class SpeculativeDecoder(SpeculativeSteps):
 
     def score(self, target_params, t_state, seq, proposal, active, features: bool = False):
         """The target's logits [batch, gamma + 1, vocab] at [last, d_1..d_gamma] and its state;
-        with `features`, also its hidden states there [batch, gamma + 1, embed]."""
+        with `features`, also the drafter's features there [batch, gamma + 1, F]
+        (`prefill.target_features`)."""
         verify_in = jnp.concatenate([last_tokens(seq, 1), proposal.tokens], axis=1)
         if features:
             num_new = jnp.where(active, self.gamma + 1, 0).astype(jnp.int32)
-            out = self.target.forward(target_params, t_state, verify_in, num_new)
-            return out.logits, out.state, out.hidden
+            layers = feature_layers(self.drafter)
+            out = self.target.forward(
+                target_params, t_state, verify_in, num_new, return_layers=layers
+            )
+            return out.logits, out.state, target_features(out, layers)
         if len(self.widths) > 1 and proposal.num_drafted is not None:
             return score_to_longest(
                 self.target,

@@ -21,8 +21,9 @@ import numpy as np
 
 from specjax.decoding import loop
 from specjax.decoding.decoders.speculative import SpeculativeSteps
-from specjax.decoding.drafters.base import is_drafter
+from specjax.decoding.drafters.base import feature_layers, is_drafter
 from specjax.decoding.drafters.feature_heads import check_feature_target
+from specjax.decoding.prefill import target_features
 from specjax.decoding.rules.tree import tree_accept
 from specjax.decoding.sampling import Warper
 from specjax.decoding.state import last_tokens
@@ -155,7 +156,8 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
 
     def score(self, target_params, t_state, seq, proposal, active, features: bool = False):
         """The target's logits [batch, N, vocab] at every node of the tree and its state; with
-        `features`, also its hidden states at every node [batch, N, embed]."""
+        `features`, also the drafter's features at every node [batch, N, F]
+        (`prefill.target_features`)."""
         tree = self.topology(proposal)
         nodes = jnp.concatenate([last_tokens(seq, 1), proposal.tokens], axis=1)  # [batch, N]
         starts = t_state.lengths  # [batch] = L - 1: the root's slot
@@ -165,10 +167,12 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
             positions, mask = tree_inputs(tree, starts, self.cache_len)
         num_new = jnp.where(active, tree.num_nodes, 0).astype(jnp.int32)
         if features:
+            layers = feature_layers(self.drafter)
             out = self.target.forward(
-                target_params, t_state, nodes, num_new, positions=positions, mask=mask
-            )
-            return out.logits, out.state, out.hidden
+                target_params, t_state, nodes, num_new, positions=positions, mask=mask,
+                return_layers=layers,
+            )  # fmt: skip
+            return out.logits, out.state, target_features(out, layers)
         return self.target.apply(
             target_params, t_state, nodes, num_new, positions=positions, mask=mask
         )

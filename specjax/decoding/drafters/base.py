@@ -40,6 +40,10 @@ proposals. For such a drafter the decoder
   * passes `params = (target_params, draft_params)` to `init` and `propose`, since a head reuses
     the target's embedding and output layer. The draft slot of `generate` still takes only the
     drafter's own params, and `model` describes only those.
+A drafter may also declare `feature_layers = (i, j, k)` (`feature_layers(drafter)`; EAGLE-3's
+low, middle and high blocks): its features are then the residual streams after those target
+blocks, concatenated, [..., len * embed] (`forward(..., return_layers=...)`), instead of the
+final hidden state.
 Drafters that do not opt in compile exactly as before (the target is scored through `apply`).
 
 Two future proposers checked against this protocol on paper before it was settled:
@@ -152,6 +156,12 @@ class Drafter(Protocol):
 def reads_features(drafter) -> bool:
     """True for drafters that opted in to the target's features (`reads_features = True`)."""
     return bool(getattr(drafter, "reads_features", False))
+
+
+def feature_layers(drafter) -> tuple:
+    """The target blocks whose outputs a feature-reading drafter reads (`feature_layers`), or ()
+    for the final hidden state."""
+    return tuple(getattr(drafter, "feature_layers", ()))
 
 
 def is_drafter(obj) -> bool:

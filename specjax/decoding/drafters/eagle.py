@@ -1,4 +1,4 @@
-"""`EagleDrafter`: drafts with an EAGLE-1 feature head that reads the target's hidden states.
+"""`EagleDrafter`: drafts with an EAGLE feature head that reads the target's features.
 
 It opts in to the target's features (`reads_features = True`, see `base.py`), so the decoder
 hands it the prompt's hidden states at `init`, the hidden states along the accepted path at every
@@ -15,6 +15,10 @@ state after token t, pair t is (f_t, x_{t+1}) and the head's cache holds pairs 0
     gives f^_{L+i} and q of d_{i+1}.
   * `commit` stores the verdict's features and rolls the head back to L_before - 1 pairs, the
     true ones. After a step k = n + 1; after prefill (pairs 0..P-3 fed) k = 1.
+  * An EAGLE-3 head (`head.feature_layers`) reads the concatenated outputs of three target
+    blocks instead of the final hidden state: `feats` holds those [.., 3 * embed], and every
+    true feature goes through `head.fuse_features` before it is fed; predicted ones are fed as
+    they are.
   * A one-token prompt has no feature at all (k = 0): the head is fed one placeholder pair (a
     zero feature and x_0) so that it still proposes; `commit` drops it. Any q is lossless.
 """
@@ -39,8 +43,8 @@ class EagleState:
 
     Attributes:
       cache: the head's KVCache; cache.lengths = pairs fed (true ones after `commit`).
-      feats: [batch, cache_len, embed] the target's hidden state after each committed token
-        (valid below the sequence length minus one).
+      feats: [batch, cache_len, F] the target's features after each committed token (valid
+        below the sequence length minus one): F = embed, or 3 * embed for EAGLE-3.
     """
 
     cache: KVCache
@@ -65,6 +69,11 @@ class EagleDrafter:
         return self.head.vocab_size
 
     @property
+    def feature_layers(self) -> tuple:
+        """The target blocks whose outputs the head reads (() : the final hidden state)."""
+        return self.head.feature_layers
+
+    @property
     def model(self):
         """What the draft params slot holds: the head's own params."""
         return self.head
@@ -82,19 +91,20 @@ class EagleDrafter:
           prompts: int32 [batch, P_pad].
           prompt_lengths: int32 [batch].
           cache_len: positions per row.
-          features: [batch, P_pad, embed] the target's hidden states after each prompt token.
+          features: [batch, P_pad, F] the target's features after each prompt token.
         """
         target_params, head_params = params
         batch, width = prompts.shape
         fed = jnp.arange(width)[None, :] < (prompt_lengths - 1)[:, None]  # [batch, P_pad]
         features = jnp.where(fed[:, :, None], features, 0)  # only the prefill's are features
-        feats = jnp.zeros((batch, cache_len, self.head.embed_dim), features.dtype)
+        feats = jnp.zeros((batch, cache_len, features.shape[-1]), features.dtype)
         feats = feats.at[:, :width].set(features)
         cache = self.head.init_state(batch, cache_len)
         if width > 1:
             embeds = self.head.target.embed(target_params, prompts[:, 1:])  # x_1..x_{P-1}
             num = jnp.maximum(prompt_lengths - 2, 0).astype(jnp.int32)
-            _, cache = self.head.forward_features(head_params, cache, features[:, :-1], embeds, num)
+            inputs = self.head.fuse_features(head_params, features[:, :-1])
+            _, cache = self.head.forward_features(head_params, cache, inputs, embeds, num)
         return EagleState(cache, feats)
 
     def _draw(self, params, feature, key):
@@ -117,6 +127,7 @@ class EagleDrafter:
         t = h[:, None] + jnp.arange(width)[None, :]  # [batch, width] pair positions
         cap = state.feats.shape[1] - 1
         feats_in = jnp.take_along_axis(state.feats, jnp.minimum(t, cap)[:, :, None], axis=1)
+        feats_in = self.head.fuse_features(head_params, feats_in)  # [batch, width, embed]
         toks_in = jnp.take_along_axis(seq.tokens, jnp.minimum(t + 1, last[:, None]), axis=1)
         embeds = self.head.target.embed(target_params, toks_in)  # [batch, width, embed]
         num = jnp.where(active, k, 0).astype(jnp.int32)
