@@ -1,8 +1,10 @@
-r"""Heads mode: train a feature head (EAGLE-1) for a target, on the target's own replies.
+r"""Heads mode: train a draft (EAGLE-1/3 or Medusa heads, a distilled transformer) for a target,
+on the target's own replies.
 
 Launch from the repository root:
 
     python -m experiments.main --config=configs/heads.py:eagle1 --workdir=runs/eagle1-smollm2
+    python -m experiments.main --config=configs/heads.py:eagle3 --workdir=runs/eagle3-smollm2
     python -m experiments.main --config=configs/heads.py:tiny --workdir=/tmp/heads-tiny
     python -m experiments.main --config=configs/heads.py:medusa --workdir=runs/medusa-smollm2
     python -m experiments.main --config=configs/heads.py:distilled,layers=2 \
@@ -18,15 +20,19 @@ metrics). Evaluation on held-out prompts: `scripts/bench_real.py --parts=drafts
 --eagle_head=<workdir>`.
 
 String options after the colon (comma-separated):
-    eagle1 | medusa | distilled   which draft (default eagle1: an EAGLE-1 feature head; medusa:
-                      4 Medusa heads; distilled: a small transformer, the SpS baseline: the
-                      target's embedding and head, `layers` blocks of its own started from the
-                      target's first ones, distilled by KL on the same data)
+    eagle1 | eagle3 | medusa | distilled
+                      which draft (default eagle1: an EAGLE-1 feature head; eagle3: an
+                      EAGLE-3 head, the outputs of three target blocks fused, its own output
+                      layer over `draft_vocab` tokens, trained by training-time test over `ttt`
+                      passes; medusa: 4 Medusa heads; distilled: a small transformer, the SpS
+                      baseline: the target's embedding and head, `layers` blocks of its own
+                      started from the target's first ones, distilled by KL on the same data)
     layers=N          the distilled draft's blocks (default 2)
     tiny              the CI-sized variant (a random tiny target, seconds)
     steps=N           training steps
     prompts=N         training prompts (data size; a new value builds new data)
     draft_vocab=N     the head's draft vocabulary: the N most frequent training tokens (0: all)
+    ttt=N             EAGLE-3's training-time-test passes (default 7, EAGLE-3's; tiny: 3)
 Any field can also be set with `--config.<field>=...` flags.
 """
 
@@ -39,14 +45,20 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     """The heads-mode config; `arg` holds the string options of the module docstring."""
     options = parse_options(
         arg,
-        ints=("steps", "prompts", "draft_vocab", "layers"),
-        switches=("eagle1", "medusa", "distilled", "tiny"),
+        ints=("steps", "prompts", "draft_vocab", "layers", "ttt"),
+        switches=("eagle1", "eagle3", "medusa", "distilled", "tiny"),
     )
     tiny = options.get("tiny", False)
     config = ml_collections.ConfigDict()
     config.mode = "heads"
     distilled = options.get("distilled", False)
-    config.head = "medusa" if options.get("medusa") else "distilled" if distilled else "eagle1"
+    config.head = (
+        "medusa" if options.get("medusa") else "distilled" if distilled
+        else "eagle3" if options.get("eagle3") else "eagle1"
+    )  # fmt: skip
+    # EAGLE-3's target blocks (0-based); () : EAGLE-3's low, middle and high for the target
+    # (`models.eagle3_layers`: 1, 14, 26 of SmolLM2's 30; the tiny target's two).
+    config.feature_layers = ()
     config.num_heads = 4  # Medusa heads (the most tokens one Medusa call drafts)
     config.num_layers = options.get("layers", 2)  # the distilled draft's own blocks
     # A registered model name or a path (`specjax.pretrained.load_pretrained`); "tiny-random":
@@ -69,6 +81,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.train.noise = 0.2
     config.train.ce_weight = 0.1
     config.train.reply_only = False
+    if config.head == "eagle3":
+        config.train.ttt_steps = options.get("ttt", 3 if tiny else 7)
     # A full-vocabulary head: the cross-entropy over the data's N most frequent tokens only
     # (0: all 49152). On our CPU the full-vocabulary matmuls make a step 5.5 s (batch 8 x 256),
     # over 8192 tokens 1.4 s. A head with a draft vocabulary uses its own ids instead.

@@ -3,6 +3,9 @@
 `feature_data(model, params, tokenizer, ...)` returns the cached `FeatureData` when its
 fingerprint matches, else generates the target's replies to `train_prompts`, scores their
 features and saves them under `$SPECJAX_CACHE/features/` (see `specjax.training.features`).
+An EAGLE-3 head's data (`layers`: the target blocks it reads) is cached under its own
+fingerprint; when the same replies are cached without layers, they are re-scored rather than
+generated again (scoring is a few percent of generating).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ def feature_data(
     batch_size: int = 32,
     max_prompt_tokens: int = 320,
     path: str | None = None,
+    layers: tuple = (),
     log=print,
 ) -> FeatureData:
     """The cached feature data for this target and settings (built on first use).
@@ -54,12 +58,20 @@ def feature_data(
         max_prompt_tokens=max_prompt_tokens,
         version=1,
     )
-    fingerprint = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    replies = _fingerprint(settings)  # the replies' (and the final hidden states') own
+    if layers:
+        settings["feature_layers"] = [int(i) for i in layers]
+    fingerprint = _fingerprint(settings)
     if path is None:
-        path = os.path.join(cache_dir(), "features", f"heads-{fingerprint}.npz")
+        path = _cache_path(fingerprint)
     if os.path.exists(path):
         return FeatureData.load(path, fingerprint)
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    if layers and os.path.exists(_cache_path(replies)):
+        data = _with_layers(FeatureData.load(_cache_path(replies), replies), model, params,
+                            layers, fingerprint, log)  # fmt: skip
+        data.save(path)
+        return data
     start = time.perf_counter()
     prompts = train_prompts(num_prompts, seed)
     ids = [np.asarray(tokenizer.apply_chat_template(p.messages), np.int32) for p in prompts]
@@ -75,7 +87,8 @@ def feature_data(
         )  # fmt: skip
         prompt_lengths += [len(x) for x in part]
     gen_s = time.perf_counter() - start
-    features = score_features(model, params, sequences, log=log)
+    scored = score_features(model, params, sequences, layers=tuple(layers), log=log)
+    features, layer_feats = scored if layers else (scored, None)
     meta = dict(
         settings,
         fingerprint=fingerprint,
@@ -85,7 +98,31 @@ def feature_data(
         generate_seconds=round(gen_s, 1),
         total_seconds=round(time.perf_counter() - start, 1),
     )
-    data = FeatureData.build(sequences, prompt_lengths, features, meta)
+    data = FeatureData.build(sequences, prompt_lengths, features, meta, layer_feats)
     data.save(path)
     log(f"feature data: {meta}")
     return data
+
+
+def _fingerprint(settings: dict) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _cache_path(fingerprint: str) -> str:
+    return os.path.join(cache_dir(), "features", f"heads-{fingerprint}.npz")
+
+
+def _with_layers(data: FeatureData, model, params, layers, fingerprint, log) -> FeatureData:
+    """`data`'s replies re-scored for the layer features of `layers` (new fingerprint)."""
+    start = time.perf_counter()
+    sequences = [data.tokens[a:b] for a, b in zip(data.offsets[:-1], data.offsets[1:], strict=True)]
+    features, layer_feats = score_features(model, params, sequences, layers=tuple(layers),
+                                           log=log)  # fmt: skip
+    meta = dict(
+        data.meta, feature_layers=[int(i) for i in layers], fingerprint=fingerprint,
+        layer_seconds=round(time.perf_counter() - start, 1),
+    )  # fmt: skip
+    out = FeatureData(data.tokens, np.concatenate(features), data.loss_mask, data.offsets, meta,
+                      np.concatenate(layer_feats))  # fmt: skip
+    log(f"feature data: {meta}")
+    return out

@@ -13,13 +13,20 @@ import jax
 import numpy as np
 from absl import logging
 
-from specjax.models import EagleHead, MedusaHeads, TransformerConfig, TransformerLM, with_matmul
+from specjax.models import (
+    EagleHead,
+    MedusaHeads,
+    TransformerConfig,
+    TransformerLM,
+    eagle3_layers,
+    with_matmul,
+)
 from specjax.models.distilled_draft import DistilledDraft
 from specjax.training.eagle import frequent_tokens
 from specjax.training.features import FeatureData, generate_replies, score_features
 from specjax.training.head_run import train_head
 
-HEADS = ("eagle1", "medusa", "distilled")
+HEADS = ("eagle1", "eagle3", "medusa", "distilled")
 
 
 def tiny_target(vocab: int = 29, seed: int = 0):
@@ -34,8 +41,9 @@ def tiny_target(vocab: int = 29, seed: int = 0):
     return model, jax.tree.map(lambda x: x * 8.0 if x.ndim == 2 else x, params)
 
 
-def _tiny_data(model, params, config) -> FeatureData:
-    """Replies of the tiny target to random token prompts, with their features (not cached)."""
+def _tiny_data(model, params, config, layers: tuple = ()) -> FeatureData:
+    """Replies of the tiny target to random token prompts, with their features (not cached;
+    with `layers`, also those blocks' outputs, as an EAGLE-3 head reads them)."""
     rng = np.random.default_rng(config.data.seed)
     vocab = model.vocab_size
     sizes = rng.integers(2, 8, size=config.data.num_prompts)
@@ -44,9 +52,23 @@ def _tiny_data(model, params, config) -> FeatureData:
         model, params, prompts, max_new_tokens=config.data.max_new_tokens, temperature=1.0,
         seed=config.data.seed, eos_id=None, batch_size=config.data.batch_size, cache_len=64,
     )  # fmt: skip
-    feats = score_features(model, params, seqs)
+    scored = score_features(model, params, seqs, layers=tuple(layers))
+    feats, layer_feats = scored if layers else (scored, None)
     meta = {"fingerprint": f"tiny-{config.data.seed}-{config.data.num_prompts}"}
-    return FeatureData.build(seqs, [len(p) for p in prompts], feats, meta)
+    if layers:
+        meta["feature_layers"] = list(layers)
+    return FeatureData.build(seqs, [len(p) for p in prompts], feats, meta, layer_feats)
+
+
+def head_layers(config, model) -> tuple:
+    """The target blocks an EAGLE-3 head reads: `config.feature_layers`, or EAGLE-3's low,
+    middle and high (`eagle3_layers`; the tiny two-layer target: both blocks); () otherwise."""
+    if config.head != "eagle3":
+        return ()
+    if config.get("feature_layers"):
+        return tuple(int(i) for i in config.feature_layers)
+    n = model.config.num_layers
+    return tuple(range(n)) if n < 4 else eagle3_layers(n)
 
 
 def load_target(name: str):
@@ -59,13 +81,14 @@ def load_target(name: str):
 
 
 def run(config, workdir: str) -> dict:
-    """Trains the configured head (EAGLE-1, Medusa or a distilled draft); returns the run's
-    summary (also in workdir/summary.json)."""
+    """Trains the configured head (EAGLE-1, EAGLE-3, Medusa or a distilled draft); returns the
+    run's summary (also in workdir/summary.json)."""
     if config.head not in HEADS:
         raise ValueError(f"config.head must be one of {HEADS}, got {config.head!r}")
     model, params, tokenizer = load_target(config.target)
+    layers = head_layers(config, model)
     if tokenizer is None:
-        data = _tiny_data(model, params, config)
+        data = _tiny_data(model, params, config, layers)
     else:
         from experiments.heads.data import feature_data
 
@@ -73,7 +96,7 @@ def run(config, workdir: str) -> dict:
             model, params, tokenizer, num_prompts=config.data.num_prompts,
             max_new_tokens=config.data.max_new_tokens,
             temperatures=tuple(config.data.temperatures), seed=config.data.seed,
-            batch_size=config.data.batch_size, log=logging.info,
+            batch_size=config.data.batch_size, layers=layers, log=logging.info,
         )  # fmt: skip
     draft_ids = None
     if config.draft_vocab:
@@ -93,7 +116,7 @@ def run(config, workdir: str) -> dict:
     elif config.head == "medusa":
         head = MedusaHeads(model, config.num_heads, draft_ids=draft_ids)
     else:
-        head = EagleHead(model, draft_ids=draft_ids)
+        head = EagleHead(model, draft_ids=draft_ids, feature_layers=layers)
     _, summary = train_head(head, params, data, workdir, log=logging.info, **dict(config.train))
     print(json.dumps({k: summary[k] for k in ("steps", "train_seconds", "final")}, indent=1))
     logging.info("head run in %s", os.path.abspath(workdir))

@@ -21,6 +21,7 @@ import numpy as np
 import optax
 
 from specjax.models.draft_vocab import target_columns
+from specjax.training.draft_logits import draft_logits
 from specjax.training.features import FeatureData
 
 
@@ -63,7 +64,8 @@ class HeadBatches:
         return int(order[i])
 
     def batch_at(self, step: int) -> dict:
-        """{"tokens" int32 [B, S], "features" float32 [B, S, H], "weight" float32 [B, S - 1]}.
+        """{"tokens" int32 [B, S], "features" float32 [B, S, H], "weight" float32 [B, S - 1]},
+        and "layers" float32 [B, S, F] when the data has layer features (EAGLE-3).
 
         weight[b, t] is 1 where pair t (f_t, x_{t+1}) -> f_{t+1} is trained.
         """
@@ -71,6 +73,9 @@ class HeadBatches:
         tokens = np.zeros((b_size, s_len), np.int32)
         feats = np.zeros((b_size, s_len, d.features.shape[1]), np.float32)
         weight = np.zeros((b_size, s_len - 1), np.float32)
+        layers = None
+        if d.layers is not None:
+            layers = np.zeros((b_size, s_len, d.layers.shape[1]), np.float32)
         for b in range(b_size):
             s = self._sequence(step * b_size + b)
             lo, hi = int(d.offsets[s]), int(d.offsets[s + 1])
@@ -78,6 +83,8 @@ class HeadBatches:
             n = hi - lo
             tokens[b, :n] = d.tokens[lo:hi]
             feats[b, :n] = d.features[lo:hi]
+            if layers is not None:
+                layers[b, :n] = d.layers[lo:hi]
             # pair t predicts f_{t+1}, whose distribution is over token t + 2: trained when
             # position t + 1 (a real position) predicts a reply token, or always.
             ok = np.arange(s_len - 1) + 1 < n
@@ -86,7 +93,8 @@ class HeadBatches:
                     : s_len - 1
                 ]
             weight[b] = ok
-        return {"tokens": tokens, "features": feats, "weight": weight}
+        out = {"tokens": tokens, "features": feats, "weight": weight}
+        return out if layers is None else dict(out, layers=layers)
 
 
 def output_columns(head, target_params, token_ids) -> jax.Array:
@@ -131,17 +139,7 @@ def eagle_loss(
     pred, _ = head.forward_features(head_params, cache, inputs, embeds, num)  # [B, S-1, H]
     target = feats[:, 1:]
     l1 = optax.huber_loss(pred, target, delta=1.0).mean(-1)  # [B, S-1] SmoothL1
-    if head.draft_ids is not None:  # the head's own output layer over its draft vocabulary
-        if columns is None:
-            raise ValueError("columns: a head with draft_ids needs the target's columns there")
-        p_logits = jax.lax.stop_gradient(target @ columns)  # [B, S-1, N]
-        q_logits = pred @ head_params["lm_head"]
-    elif columns is None:
-        p_logits = jax.lax.stop_gradient(head.target.unembed(target_params, target))
-        q_logits = head.target.unembed(target_params, pred)  # [B, S-1, V]
-    else:
-        p_logits = jax.lax.stop_gradient(target @ columns)  # [B, S-1, N]
-        q_logits = pred @ columns
+    p_logits, q_logits = draft_logits(head, head_params, target_params, target, pred, columns)
     p = jax.nn.softmax(p_logits, axis=-1)
     ce = -(p * jax.nn.log_softmax(q_logits, axis=-1)).sum(-1)  # [B, S-1]
     total = jnp.maximum(w.sum(), 1.0)
@@ -159,10 +157,13 @@ def eagle_loss(
     return loss, metrics
 
 
-def head_loss(head, head_params, target_params, batch, key, *, noise, ce_weight, columns):
-    """The loss of any trained draft: `eagle_loss` for an EagleHead, `medusa_loss` for Medusa
-    heads (which read no noise key and have no feature term), `distilled_draft_loss` for a
-    `DistilledDraft` (KL to the target's p; its target params in the "xla" layout)."""
+def head_loss(
+    head, head_params, target_params, batch, key, *, noise, ce_weight, columns, ttt_steps=1
+):
+    """The loss of any trained draft: `eagle_loss` for an EagleHead, `eagle3.eagle3_loss` for
+    one with `feature_layers` (training-time test over `ttt_steps` passes), `medusa_loss` for
+    Medusa heads (which read no noise key and have no feature term), `distilled_draft_loss` for
+    a `DistilledDraft` (KL to the target's p; its target params in the "xla" layout)."""
     if hasattr(head, "num_layers") and hasattr(head, "full_params"):
         from specjax.training.distilled_draft import distilled_draft_loss
 
@@ -171,22 +172,30 @@ def head_loss(head, head_params, target_params, batch, key, *, noise, ce_weight,
         from specjax.training.medusa import medusa_loss
 
         return medusa_loss(head, head_params, target_params, batch, columns=columns)
+    if getattr(head, "feature_layers", ()):
+        from specjax.training.eagle3 import eagle3_loss
+
+        return eagle3_loss(
+            head, head_params, target_params, batch, steps=ttt_steps, columns=columns
+        )
     return eagle_loss(
         head, head_params, target_params, batch, key,
         noise=noise, ce_weight=ce_weight, columns=columns,
     )  # fmt: skip
 
 
-def make_head_step(head, tx: optax.GradientTransformation, *, noise=0.2, ce_weight=0.1):
+def make_head_step(
+    head, tx: optax.GradientTransformation, *, noise=0.2, ce_weight=0.1, ttt_steps=1
+):
     """A jittable step (params, opt_state, step, batch, target_params, key, columns=None) ->
     (params, opt_state, metrics); the noise key is fold_in(key, step); `columns`: see
-    `eagle_loss`."""
+    `eagle_loss`; `ttt_steps`: an EAGLE-3 head's training-time-test passes."""
 
     def step_fn(params, opt_state, step, batch, target_params, key, columns=None):
         grad_fn = jax.value_and_grad(
             lambda hp: head_loss(
                 head, hp, target_params, batch, jax.random.fold_in(key, step),
-                noise=noise, ce_weight=ce_weight, columns=columns,
+                noise=noise, ce_weight=ce_weight, columns=columns, ttt_steps=ttt_steps,
             ),
             has_aux=True,
         )  # fmt: skip

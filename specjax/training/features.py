@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.decoding import AutoregressiveDecoder, make_warper
+from specjax.decoding.prefill import target_features
 
 
 def params_fingerprint(params) -> str:
@@ -98,18 +99,24 @@ def generate_replies(
     return out
 
 
-def score_features(model, params, sequences, *, batch_size: int = 8, log=None) -> list:
+def score_features(model, params, sequences, *, batch_size: int = 8, layers: tuple = (), log=None):
     """The target's final hidden state at every position of each sequence: float32 [T, embed].
 
     Sequences are scored in batches padded to the batch's longest (rounded up to a multiple of
     64, so few programs compile); one forward call per batch.
+
+    With `layers` (EAGLE-3's blocks), returns (hidden list, layer features list): the latter
+    float32 [T, len(layers) * embed], the residual streams after those blocks, concatenated
+    (`decoding.prefill.target_features`, what the drafter reads).
     """
-    forward = jax.jit(
-        lambda p, tokens, n: (
-            model.forward(p, model.init_state(tokens.shape[0], tokens.shape[1]), tokens, n).hidden
-        )  # fmt: skip
-    )
-    out = []
+
+    def run(p, tokens, n):
+        state = model.init_state(tokens.shape[0], tokens.shape[1])
+        out = model.forward(p, state, tokens, n, return_layers=layers)
+        return out.hidden, (target_features(out, layers) if layers else out.hidden[..., :0])
+
+    forward = jax.jit(run)
+    out, out_layers = [], []
     for i in range(0, len(sequences), batch_size):
         chunk = sequences[i : i + batch_size]
         width = -(-max(len(s) for s in chunk) // 64) * 64
@@ -118,13 +125,12 @@ def score_features(model, params, sequences, *, batch_size: int = 8, log=None) -
         for b, s in enumerate(chunk):
             tokens[b, : len(s)] = s
             lengths[b] = len(s)
-        hidden = np.asarray(
-            jax.device_get(forward(params, jnp.asarray(tokens), jnp.asarray(lengths)))
-        )
-        out.extend(hidden[b, : len(s)].astype(np.float32) for b, s in enumerate(chunk))
+        hidden, lays = jax.device_get(forward(params, jnp.asarray(tokens), jnp.asarray(lengths)))
+        out.extend(np.asarray(hidden[b, : len(s)], np.float32) for b, s in enumerate(chunk))
+        out_layers.extend(np.asarray(lays[b, : len(s)], np.float32) for b, s in enumerate(chunk))
         if log is not None:
             log(f"features {len(out)}/{len(sequences)}")
-    return out
+    return (out, out_layers) if layers else out
 
 
 @dataclasses.dataclass
@@ -136,7 +142,10 @@ class FeatureData:
       features: float32 [N, embed] the target's final hidden state after each token.
       loss_mask: bool [N] positions whose *next* token is a reply token (trained on).
       offsets: int64 [S + 1] sequence s is [offsets[s], offsets[s + 1]).
-      meta: what it was built from (fingerprint, counts, seconds).
+      meta: what it was built from (fingerprint, counts, seconds; "feature_layers" when
+        `layers` is set).
+      layers: None, or float32 [N, len(feature_layers) * embed] the residual streams after an
+        EAGLE-3 head's target blocks (what it reads; `features` stay its labels' source).
     """
 
     tokens: np.ndarray
@@ -144,10 +153,12 @@ class FeatureData:
     loss_mask: np.ndarray
     offsets: np.ndarray
     meta: dict
+    layers: np.ndarray | None = None
 
     @classmethod
-    def build(cls, sequences, prompt_lengths, features, meta) -> FeatureData:
-        """From per-sequence tokens, prompt lengths and features [T, embed]."""
+    def build(cls, sequences, prompt_lengths, features, meta, layers=None) -> FeatureData:
+        """From per-sequence tokens, prompt lengths, features [T, embed] and optionally the
+        layer features [T, F] (`score_features(..., layers=...)`)."""
         lengths = [len(s) for s in sequences]
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         mask = np.zeros((offsets[-1],), bool)
@@ -160,6 +171,7 @@ class FeatureData:
             mask,
             offsets,
             dict(meta),
+            None if layers is None else np.concatenate(layers).astype(np.float32),
         )
 
     def save(self, path: str) -> None:
@@ -172,6 +184,7 @@ class FeatureData:
             loss_mask=self.loss_mask,
             offsets=self.offsets,
             meta=np.frombuffer(json.dumps(self.meta).encode(), np.uint8),
+            **({} if self.layers is None else {"layers": self.layers}),
         )
         os.replace(tmp, path)
 
@@ -183,13 +196,17 @@ class FeatureData:
                 data = cls(
                     z["tokens"], z["features"], z["loss_mask"], z["offsets"],
                     json.loads(bytes(z["meta"]).decode()),
+                    z["layers"] if "layers" in z.files else None,
                 )  # fmt: skip
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
             raise ValueError(
                 f"feature cache {path!r} is unreadable or corrupt ({e}); delete it"
             ) from e
         n = data.tokens.shape[0]
-        if data.features.shape[0] != n or data.loss_mask.shape[0] != n or data.offsets[-1] != n:
+        rows = [data.features.shape[0], data.loss_mask.shape[0], int(data.offsets[-1])]
+        if data.layers is not None:
+            rows.append(data.layers.shape[0])
+        if any(r != n for r in rows):
             raise ValueError(f"feature cache {path!r} is inconsistent (lengths differ); delete it")
         if fingerprint is not None and data.meta.get("fingerprint") != fingerprint:
             raise ValueError(

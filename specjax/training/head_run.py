@@ -64,7 +64,9 @@ def train_head(head, target_params, data, workdir: str, *, log=print, stop_after
         would; None: run to num_steps.
       **settings: num_steps, batch_size, seq_len, learning_rate, warmup_steps, seed,
         checkpoint_every, noise, ce_weight, reply_only, ce_vocab (0: the cross-entropy over
-        the full vocabulary; N: over the data's N most frequent tokens, `eagle.eagle_loss`).
+        the full vocabulary; N: over the data's N most frequent tokens, `eagle.eagle_loss`);
+        for an EAGLE-3 head (`feature_layers`) also ttt_steps, its training-time-test passes
+        (default 7, EAGLE-3's; `eagle3.eagle3_loss`), and `data` must hold those layers.
 
     Returns:
       (head params, summary dict with the final metrics and training seconds).
@@ -73,17 +75,38 @@ def train_head(head, target_params, data, workdir: str, *, log=print, stop_after
         num_steps=1000, batch_size=8, seq_len=256, learning_rate=1e-3, warmup_steps=50,
         seed=0, checkpoint_every=100, noise=0.2, ce_weight=0.1, reply_only=False, ce_vocab=0,
     )  # fmt: skip
+    eagle3 = bool(getattr(head, "feature_layers", ()))
+    if eagle3:  # only here, so that other runs' recorded settings stay as they were
+        defaults["ttt_steps"] = 7
     unknown = set(settings) - set(defaults)
     if unknown:
-        raise ValueError(f"unknown settings {sorted(unknown)}; known: {sorted(defaults)}")
+        raise ValueError(
+            f"unknown settings {sorted(unknown)}; known: {sorted(defaults)}"
+            + ("" if eagle3 else " (ttt_steps: an EAGLE-3 head's, with feature_layers)")
+        )
     cfg = dict(defaults, **settings)
     if cfg["num_steps"] < 1 or cfg["checkpoint_every"] < 1:
         raise ValueError("num_steps and checkpoint_every must be >= 1")
+    if eagle3:
+        if cfg["ttt_steps"] < 1:
+            raise ValueError(f"ttt_steps must be >= 1, got {cfg['ttt_steps']}")
+        layers = list(head.feature_layers)
+        if data.layers is None or data.meta.get("feature_layers") != layers:
+            raise ValueError(
+                f"data: the head reads target blocks {layers}; the feature data holds "
+                f"{data.meta.get('feature_layers')} (build it with those layers)"
+            )
     run_config = dict(cfg, data=data.meta.get("fingerprint", "?"), **describe_head(head))
     tx = _optimizer(cfg)
     batches = HeadBatches(data, cfg["batch_size"], cfg["seq_len"], cfg["seed"], cfg["reply_only"])
     step_fn = jax.jit(
-        make_head_step(head, tx, noise=cfg["noise"], ce_weight=cfg["ce_weight"]),
+        make_head_step(
+            head,
+            tx,
+            noise=cfg["noise"],
+            ce_weight=cfg["ce_weight"],
+            ttt_steps=cfg.get("ttt_steps", 1),
+        ),  # fmt: skip
         donate_argnums=(0, 1),
     )
     key = jax.random.PRNGKey(cfg["seed"])
@@ -157,7 +180,10 @@ def describe_head(head) -> dict:
     else:
         shape = f"num_heads={head.num_heads}"
     ids = None if head.draft_ids is None else list(head.draft_ids)
-    return {"kind": kind, "head": shape, "draft_ids": ids}
+    out = {"kind": kind, "head": shape, "draft_ids": ids}
+    if getattr(head, "feature_layers", ()):  # EAGLE-3 (absent for EAGLE-1: old runs match)
+        out["feature_layers"] = list(head.feature_layers)
+    return out
 
 
 def _run_settings(workdir: str) -> tuple[str, dict]:
@@ -221,7 +247,8 @@ def _head_of(settings: dict, target, workdir: str):
                 f"({settings['head']})"
             )
         return head
-    head = EagleHead(target, draft_ids=ids)
+    layers = tuple(settings.get("feature_layers", ()))
+    head = EagleHead(target, draft_ids=ids, feature_layers=layers)
     if settings.get("head") != str(head.config):
         raise ValueError(
             f"the head in {workdir!r} was trained for another target shape "
