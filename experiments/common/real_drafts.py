@@ -161,13 +161,14 @@ def build_drafts(
       layers: the truncated-target drafts (first K layers).
       samples: target samples for the bigram (None: drawn here).
       heads: workdirs of trained drafts (`configs/heads.py` runs), each a draft
-        "EAGLE-1 (<workdir name>)", "Medusa (<workdir name>)" or "distilled K layers (...)".
+        "EAGLE-1 (<workdir name>)", "EAGLE-3 (...)", "Medusa (...)" or "distilled K layers
+        (...)".
       trees: branchings (e.g. (2, 2, 1, 1)) of static trees each head also drafts: entries
         (head, params, TokenTree), decoded by `TreeSpeculativeDecoder` (Sequoia's rule: siblings
         without replacement; top-k children at t = 0).
-      dynamic: `DynamicTree` budgets each EAGLE-1 head also drafts as EAGLE-2 dynamic trees
+      dynamic: `DynamicTree` budgets each EAGLE head also drafts as EAGLE-2 dynamic trees
         ("EAGLE-2 d-k-N (<workdir name>)": depth d, top-k k, N nodes with the root; point-mass
-        verification).
+        verification; "EAGLE-3 dynamic d-k-N (...)" for an EAGLE-3 head).
       kinds: keep only drafts whose name starts with one of these (None: all).
     """
     keep = lambda name: kinds is None or any(name.startswith(k) for k in kinds)  # noqa: E731
@@ -195,15 +196,17 @@ def build_drafts(
             if keep(name):
                 drafts[name] = head.decode_model(head_params, params)
             continue
-        kind = "EAGLE-1" if isinstance(head, EagleHead) else "Medusa"
+        eagle = isinstance(head, EagleHead)
+        kind = ("EAGLE-3" if head.feature_layers else "EAGLE-1") if eagle else "Medusa"
         named = {f"{kind} ({label})": None}
-        for branching in trees if kind == "EAGLE-1" else ():
+        for branching in trees if eagle else ():
             named[f"{kind} tree {'-'.join(map(str, branching))} ({label})"] = (
                 TokenTree.from_branching(branching)
             )
-        for budget in dynamic if kind == "EAGLE-1" else ():
+        for budget in dynamic if eagle else ():
             shape = f"{budget.depth}-{budget.top_k}-{budget.num_nodes}"
-            named[f"EAGLE-2 {shape} ({label})"] = budget
+            dyn = "EAGLE-2" if kind == "EAGLE-1" else "EAGLE-3 dynamic"
+            named[f"{dyn} {shape} ({label})"] = budget
         for name, tree in named.items():
             if keep(name):
                 drafts[name] = (head, head_params) if tree is None else (head, head_params, tree)
@@ -242,16 +245,18 @@ def draft_table(
     key = jax.random.PRNGKey(0)
     eos = tokenizer.eos_id
     ids = chat_ids(tokenizer, prompts)
-    decoders = {"AR": (AutoregressiveDecoder(model, warper, cache_len=cache_len), (params,))}
+    # One padded prompt width for every prompt: one program per decoder (a compile is seconds
+    # on CPU and 15-30 s on a GPU for this target), the same padding for AR and drafts.
+    bucket = min(1 << (max(len(x) for x in ids) - 1).bit_length(), cache_len)
+    sizes = dict(cache_len=cache_len, min_bucket=bucket)
+    decoders = {"AR": (AutoregressiveDecoder(model, warper, **sizes), (params,))}
     for name, (draft, draft_params, *tree) in drafts.items():
         if tree:
             decoder = TreeSpeculativeDecoder(
-                model, draft, tree[0], warper, replacement=False, cache_len=cache_len
+                model, draft, tree[0], warper, replacement=False, **sizes
             )
         else:
-            decoder = SpeculativeDecoder(
-                model, draft, draft_gamma(draft, gamma), warper, cache_len=cache_len
-            )
+            decoder = SpeculativeDecoder(model, draft, draft_gamma(draft, gamma), warper, **sizes)
         decoders[name] = (decoder, (params, draft_params))
     calls = {}
     for i, prompt in enumerate(ids):
