@@ -74,7 +74,11 @@ def generate_replies(
             f"prompt_ids {too_long[:5]} are too long for cache_len={cache_len} with "
             f"max_new_tokens={max_new_tokens}"
         )
-    decoder = AutoregressiveDecoder(model, make_warper(temperature), cache_len=cache_len)
+    # Every batch padded to one prompt width: one program (a compile is 20-40 s on a GPU).
+    bucket = min(1 << (max(len(p) for p in prompt_ids) - 1).bit_length(), cache_len)
+    decoder = AutoregressiveDecoder(
+        model, make_warper(temperature), cache_len=cache_len, min_bucket=bucket
+    )
     key = jax.random.PRNGKey(seed)
     out = []
     start = time.perf_counter()
@@ -102,8 +106,8 @@ def generate_replies(
 def score_features(model, params, sequences, *, batch_size: int = 8, layers: tuple = (), log=None):
     """The target's final hidden state at every position of each sequence: float32 [T, embed].
 
-    Sequences are scored in batches padded to the batch's longest (rounded up to a multiple of
-    64, so few programs compile); one forward call per batch.
+    Sequences are scored in batches padded to the batch's longest, rounded up to a power of
+    two (at least 64), so few programs compile; one forward call per batch.
 
     With `layers` (EAGLE-3's blocks), returns (hidden list, layer features list): the latter
     float32 [T, len(layers) * embed], the residual streams after those blocks, concatenated
@@ -119,7 +123,7 @@ def score_features(model, params, sequences, *, batch_size: int = 8, layers: tup
     out, out_layers = [], []
     for i in range(0, len(sequences), batch_size):
         chunk = sequences[i : i + batch_size]
-        width = -(-max(len(s) for s in chunk) // 64) * 64
+        width = max(64, 1 << (max(len(s) for s in chunk) - 1).bit_length())
         tokens = np.zeros((batch_size, width), np.int32)
         lengths = np.zeros((batch_size,), np.int32)
         for b, s in enumerate(chunk):
