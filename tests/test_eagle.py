@@ -130,7 +130,7 @@ def test_a_head_is_a_draft_and_checks_its_target():
         SpeculativeDecoder(
             other, EagleHead(TransformerLM(other.config.replace(embed_dim=16))), 2, T0
         )
-    with pytest.raises(ValueError, match="gamma_policy needs a model draft"):
+    with pytest.raises(TypeError, match="gamma_policy must be a GammaPolicy"):
         SpeculativeDecoder(target, head, 2, T0, gamma_policy="heuristic")
 
 

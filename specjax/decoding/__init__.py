@@ -66,6 +66,7 @@ from specjax.decoding.drafters.hierarchical import SpeculativeDrafter
 from specjax.decoding.drafters.lookup import LookupDrafter
 from specjax.decoding.drafters.medusa import MedusaDrafter
 from specjax.decoding.drafters.model import ModelDrafter
+from specjax.decoding.drafters.truncated import TruncatedDrafter
 from specjax.decoding.loop import Decoder, LoopState, generate, stream
 from specjax.decoding.rules._common import residual_distribution
 from specjax.decoding.rules.acceptance import speculative_accept
@@ -99,6 +100,7 @@ from specjax.decoding.trees.traced import TracedTree
 
 __all__ = [
     "AdaptiveDrafter",
+    "TruncatedDrafter",
     "ConfidenceGamma",
     "FixedGamma",
     "HeuristicGamma",

@@ -41,6 +41,7 @@ from specjax.decoding.drafters.base import (
 )
 from specjax.decoding.drafters.feature_heads import check_feature_target, head_drafter
 from specjax.decoding.drafters.model import ModelDrafter
+from specjax.decoding.drafters.truncated import TruncatedDrafter
 from specjax.decoding.loop import LoopState
 from specjax.decoding.prefill import prefill, prefill_features, target_features
 from specjax.decoding.rules.acceptance import speculative_accept
@@ -266,9 +267,10 @@ class SpeculativeDecoder(SpeculativeSteps):
         `AdaptiveDrafter.unroll` with a gamma_policy).
       accept: the acceptance rule, a function with `speculative_accept`'s signature and return
         (static: a different rule is a different program).
-      gamma_policy: an adaptive-γ policy (`decoding/drafters/gamma_policy.py`) for a model
-        draft: each row drafts 1..gamma tokens per iteration as it decides (`AdaptiveDrafter`),
-        so `gamma` is then gamma_max; None: every row drafts gamma (the plain `ModelDrafter`).
+      gamma_policy: an adaptive-γ policy (`decoding/drafters/gamma_policy.py`): each row
+        drafts 1..gamma tokens per iteration as it decides, so `gamma` is then gamma_max; a
+        model draft stops its draft loop early (`AdaptiveDrafter`), any other drafter or feature
+        head has its proposals cut (`TruncatedDrafter`). None: every row drafts gamma.
       verify_widths: the widths the target may verify at (`decoding/decoders/verify_width.py`).
         "static" (the default): one call of width gamma + 1 whatever was drafted. "auto":
         only as wide as the longest drafted row, from every width 1..gamma when proposals vary
@@ -299,11 +301,6 @@ class SpeculativeDecoder(SpeculativeSteps):
             what = "gamma" if self.gamma_policy is None else "gamma (gamma_max of gamma_policy)"
             raise ValueError(f"{what} must be an integer >= 1, got {self.gamma!r}")
         if self.gamma_policy is not None:
-            if is_drafter(self.draft) or head_drafter(self.draft, self.warper) is not None:
-                raise ValueError(
-                    "gamma_policy needs a model draft (it drafts with an AdaptiveDrafter); "
-                    f"got the drafter {self.draft!r}"
-                )
             check_policy(self.gamma_policy, self.gamma)
         if not isinstance(self.warper, Warper):
             raise TypeError(
@@ -348,10 +345,13 @@ class SpeculativeDecoder(SpeculativeSteps):
     def drafter(self) -> Drafter:
         """The proposer: `draft` itself if it is a Drafter, else a ModelDrafter around it."""
         if is_drafter(self.draft):
-            return self.draft
-        head = head_drafter(self.draft, self.warper)  # a feature head: the decoder's warper
-        if head is not None:
-            return head
+            drafter = self.draft
+        else:
+            drafter = head_drafter(self.draft, self.warper)  # a feature head: this warper
+        if drafter is not None:
+            if self.gamma_policy is None:
+                return drafter
+            return TruncatedDrafter(drafter, self.gamma_policy, self.gamma)
         if self.gamma_policy is not None:
             return AdaptiveDrafter(
                 self.draft, self.warper, self.gamma_policy, self.gamma, self.unroll_draft
