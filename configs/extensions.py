@@ -96,7 +96,8 @@ def _adaptive_smollm2(c: ml_collections.ConfigDict) -> None:
     """The adaptive part on the real target (experiments/extensions/adaptive_real.py)."""
     c.pretrained = "smollm2-135m-instruct"
     c.target_label = "smollm2"  # names the draft's workdir: <heads_dir>/distilled2-smollm2
-    c.draft_head = "distilled2"  # or a trained distilled draft's workdir or exported file
+    # or a trained distilled draft's workdir or exported file, or "lookup" (prompt lookup)
+    c.draft_head = "distilled2"
     c.heads_dir = ""  # "": $SPECJAX_CACHE/heads
     c.corpus = "our chat prompts"  # experiments/common/real_prompts
     c.gammas = (1, 2, 3, 4, 5)  # 1..gamma_max: theory_loop calibrates on every fixed γ

@@ -116,3 +116,23 @@ def test_theory_loop_needs_every_gamma_up_to_gamma_max_before_any_work():
     config.adaptive.pretrained = "/nonexistent.gguf"  # never reached: the check comes first
     with pytest.raises(ValueError, match="theory_loop needs gammas"):
         adaptive_real.run(config.adaptive, "", log=lambda *_: None)
+
+
+def test_prompt_lookup_under_every_policy_is_greedy_identical(tmp_path):
+    """draft_head="lookup": the policies cut prompt lookup's proposals (TruncatedDrafter); every
+    decoder emits the first fixed γ's tokens at t = 0."""
+    from tests.gguf_writer import write_tiny_gguf
+
+    path = os.path.join(tmp_path, "tiny.gguf")
+    write_tiny_gguf(path, context=1024, tied=True)
+    config = ext_config.get_config("smollm2,gammas=1/2,per_task=1,repeats=1,temperatures=0")
+    c = config.adaptive
+    c.pretrained, c.draft_head = path, "lookup"
+    c.policies = ("heuristic+auto", "theory_loop+auto")
+    c.max_new_tokens, c.cost_context = 6, 8
+    results = adaptive_real.run(c, "", log=lambda *_: None)
+    (block,) = results["blocks"]
+    assert results["draft"] == "prompt lookup" and results["c"] == 0.0
+    assert block["greedy_identical"] is True
+    mixed = block["sets"][adaptive_real.MIXED]["rows"]
+    assert [r["decoder"] for r in mixed] == ["fixed1", "fixed2", *c.policies]

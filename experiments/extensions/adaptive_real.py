@@ -5,8 +5,11 @@
 
 The target is `c.pretrained` (SmolLM2-135M-Instruct, fetched from PyPI once) and the draft the
 distilled small transformer trained for it (`real_drafts.distilled_pair`: the adaptive drafter
-wraps a model draft). Prompts: the first `c.per_task` of each of the six tasks of
-`experiments/common/real_prompts` (our own, through the chat template), each decoded at batch 1
+stops its draft loop early), or with `c.draft_head = "lookup"` prompt lookup (a
+`TruncatedDrafter` cuts its proposals; c = 0, and its fixed-γ decoders verify only as wide as
+the proposal, `verify_widths="auto"`, since a miss proposes nothing). Prompts: the first
+`c.per_task` of each of the six tasks of `experiments/common/real_prompts` (our own, through
+the chat template), each decoded at batch 1
 in its own call, up to `c.max_new_tokens` or the end-of-turn token. Every decoder (each fixed γ
 in `c.gammas`, each policy at gamma_max = max(gammas)) runs every task's prompts, and all
 (decoder, task) calls are timed round-robin (`timing.interleaved`, wall clock), so one round
@@ -41,7 +44,7 @@ from experiments.extensions.adaptive import (
 )
 from specjax.benchmark.costs import call_cost
 from specjax.benchmark.timing import interleaved, ratio_interval
-from specjax.decoding import SpeculativeDecoder, make_warper, summarize_stats
+from specjax.decoding import LookupDrafter, SpeculativeDecoder, make_warper, summarize_stats
 
 MIXED = "mixed"
 
@@ -128,7 +131,16 @@ def run(c, workdir: str, log=print) -> dict:
     gamma_max = max(c.gammas)
     if needs_iteration_costs(c.policies) and tuple(c.gammas) != tuple(range(1, gamma_max + 1)):
         raise ValueError(f"theory_loop needs gammas = 1..gamma_max, got {c.gammas}")
-    target, tparams, tokenizer, draft, dparams, draft_name = real_drafts.distilled_pair(c, log)
+    lookup = c.draft_head == "lookup"
+    if lookup:
+        from specjax.pretrained import load_pretrained
+
+        target, tparams, tokenizer = load_pretrained(c.pretrained, "target")
+        draft, dparams, draft_name = LookupDrafter(target.vocab_size, 3), {}, "prompt lookup"
+    else:
+        target, tparams, tokenizer, draft, dparams, draft_name = real_drafts.distilled_pair(
+            c, log
+        )
     prompts = {task: by_task(task)[: c.per_task] for task in TASKS}
     ids = {task: real_drafts.chat_ids(tokenizer, ps) for task, ps in prompts.items()}
     calibration = real_drafts.chat_ids(tokenizer, [Prompt("calibration", SAMPLE_PROMPTS[0])])
@@ -139,7 +151,7 @@ def run(c, workdir: str, log=print) -> dict:
         return min(call_cost(model, params, k, **where).samples)
 
     t_target = {k: cost(target, tparams, k) for k in range(1, gamma_max + 2)}
-    t_draft = cost(draft, dparams, 1)
+    t_draft = 0.0 if lookup else cost(draft, dparams, 1)
     log(
         f"  target {c.pretrained}, draft {draft_name} (c = {t_draft / t_target[1]:.3f}); "
         "T(k)/T(1): " + ", ".join(f"{k}: {v / t_target[1]:.2f}" for k, v in t_target.items())
@@ -175,7 +187,8 @@ def run(c, workdir: str, log=print) -> dict:
                 verify_widths=widths,
             )
 
-        decoders = {f"fixed{g}": decoder(g) for g in c.gammas}
+        fixed_widths = "auto" if lookup else "static"
+        decoders = {f"fixed{g}": decoder(g, widths=fixed_widths) for g in c.gammas}
         per_iteration = None
         if needs_iteration_costs(c.policies):
             per_iteration = iteration_costs(
