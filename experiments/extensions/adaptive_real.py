@@ -9,11 +9,11 @@ stops its draft loop early), or with `c.draft_head = "lookup"` prompt lookup (a
 `TruncatedDrafter` cuts its proposals; c = 0, and its fixed-γ decoders verify only as wide as
 the proposal, `verify_widths="auto"`, since a miss proposes nothing). Prompts: the first
 `c.per_task` of each of the six tasks of `experiments/common/real_prompts` (our own, through
-the chat template), each decoded at batch 1
-in its own call, up to `c.max_new_tokens` or the end-of-turn token. Every decoder (each fixed γ
-in `c.gammas`, each policy at gamma_max = max(gammas)) runs every task's prompts, and all
-(decoder, task) calls are timed round-robin (`timing.interleaved`, wall clock), so one round
-holds every decoder on every task back to back.
+the chat template), each decoded at batch 1 in its own call, up to `c.max_new_tokens` or the
+end-of-turn token. Every decoder (each fixed γ in `c.gammas`, each policy at gamma_max =
+max(gammas)) runs every task's prompts, and all (decoder, task) calls are timed round-robin
+(`timing.interleaved`, wall clock), so one round holds every decoder on every task back to
+back.
 
 Figures, per task and on the mixed set (a round's task calls summed): ms per token, tokens per
 target call, mean γ, and each decoder's speedup over the best fixed γ of that set (the fastest
@@ -138,9 +138,7 @@ def run(c, workdir: str, log=print) -> dict:
         target, tparams, tokenizer = load_pretrained(c.pretrained, "target")
         draft, dparams, draft_name = LookupDrafter(target.vocab_size, 3), {}, "prompt lookup"
     else:
-        target, tparams, tokenizer, draft, dparams, draft_name = real_drafts.distilled_pair(
-            c, log
-        )
+        target, tparams, tokenizer, draft, dparams, draft_name = real_drafts.distilled_pair(c, log)
     prompts = {task: by_task(task)[: c.per_task] for task in TASKS}
     ids = {task: real_drafts.chat_ids(tokenizer, ps) for task, ps in prompts.items()}
     calibration = real_drafts.chat_ids(tokenizer, [Prompt("calibration", SAMPLE_PROMPTS[0])])
