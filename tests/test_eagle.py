@@ -30,7 +30,7 @@ from specjax.decoding import (
 from specjax.decoding.loop import init_jit, step_jit
 from specjax.decoding.prompts import pad_prompts
 from specjax.models import EagleHead, TransformerLM, with_matmul
-from tests.heads_setup import tiny_llama
+from tests.heads_setup import stepped_state, tiny_llama
 
 T1 = make_warper(1.0)
 T0 = make_warper(0.0)
@@ -136,12 +136,7 @@ def test_a_head_is_a_draft_and_checks_its_target():
 
 def test_features_equal_the_targets_hidden_states():
     dec, tp, hp, target = _decoder(vocab=11, gamma=3)
-    prompts = [np.array([1, 2, 3, 4, 5]), np.array([7]), np.array([3, 3, 9])]
-    tokens, lengths = pad_prompts(prompts, 11)
-    s = init_jit(dec, (tp, hp), jnp.asarray(tokens), jnp.asarray(lengths),
-                 jax.random.PRNGKey(3), 12, -1)  # fmt: skip
-    for _ in range(4):
-        s = step_jit(dec, (tp, hp), s)
+    s = stepped_state(dec, tp, hp, 11)
     _, d_state = s.model_states
     seq_len = np.asarray(s.seq.lengths)
     hidden = target.forward(tp, target.init_state(3, 32), s.seq.tokens, s.seq.lengths).hidden

@@ -30,11 +30,9 @@ from specjax.decoding import (
     TreeSpeculativeDecoder,
     make_warper,
 )
-from specjax.decoding.loop import init_jit, step_jit
-from specjax.decoding.prompts import pad_prompts
 from specjax.models import EagleHead, eagle3_layers
 from specjax.training import eagle3
-from tests.heads_setup import tiny_llama
+from tests.heads_setup import stepped_state, tiny_llama
 
 T0 = make_warper(0.0)
 T1 = make_warper(1.0)
@@ -111,12 +109,7 @@ def test_the_drafter_holds_the_layer_features():
     target, tp, head, hp = _head(vocab=11)
     dec = SpeculativeDecoder(target, head, 3, T1, cache_len=32)
     assert dec.drafter.feature_layers == LAYERS
-    prompts = [np.array([1, 2, 3, 4, 5]), np.array([7]), np.array([3, 3, 9])]
-    tokens, lengths = pad_prompts(prompts, 11)
-    s = init_jit(dec, (tp, hp), jnp.asarray(tokens), jnp.asarray(lengths),
-                 jax.random.PRNGKey(3), 12, -1)  # fmt: skip
-    for _ in range(4):
-        s = step_jit(dec, (tp, hp), s)
+    s = stepped_state(dec, tp, hp, 11)
     feats = s.model_states[1].feats  # [3, 32, 2 * embed]
     want = _layer_features(target, tp, s.seq.tokens, s.seq.lengths)
     for b, length in enumerate(np.asarray(s.seq.lengths)):
