@@ -10,7 +10,8 @@
   reduced draft vocabulary (q = 0 on 3 of 5 tokens): 2^14 rows per prompt; false-failure rate:
   the kit's Bonferroni bound, k x 1e-6 with k = 2 prompts x (4 + 1) + 2 = 12 checks, 1.2e-5.
 * Greedy chain and tree decoding equal the autoregressive decoder token for token.
-* The tiny heads preset trains an EAGLE-3 head that accepts more than an untrained one.
+* The tiny heads preset trains an EAGLE-3 head that accepts more than an untrained one; a run
+  stopped after a checkpoint and restarted ends bit-identical to an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -186,3 +187,25 @@ def test_training_an_eagle3_head(tmp_path):
     plain = heads_train._tiny_data(model, tp, config)
     with pytest.raises(ValueError, match="feature data holds None"):
         train_head(head, tp, plain, str(tmp_path / "x"), num_steps=2)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_an_interrupted_eagle3_run_resumes_bit_identical(tmp_path):
+    """Stopped after a checkpoint (as a kill would leave it) and restarted, an EAGLE-3 run ends
+    with the params of an uninterrupted one: its layer batches are a function of (seed, step)."""
+    from configs.heads import get_config
+    from experiments.heads import train as heads_train
+    from specjax.training.head_run import train_head
+
+    model, tp = heads_train.tiny_target()
+    data = heads_train._tiny_data(model, tp, get_config("tiny,eagle3,prompts=16"), LAYERS)
+    head = EagleHead(model, feature_layers=LAYERS)
+    settings = dict(num_steps=8, batch_size=4, seq_len=16, warmup_steps=2, checkpoint_every=4,
+                    ttt_steps=2)  # fmt: skip
+    quiet = dict(log=lambda s: None)
+    whole, _ = train_head(head, tp, data, str(tmp_path / "a"), **quiet, **settings)
+    train_head(head, tp, data, str(tmp_path / "b"), stop_after=4, **quiet, **settings)
+    resumed, summary = train_head(head, tp, data, str(tmp_path / "b"), **quiet, **settings)
+    assert summary["steps"] == 8
+    same = jax.tree.map(lambda x, y: bool((x == y).all()), whole, resumed)
+    assert all(jax.tree.leaves(same))
