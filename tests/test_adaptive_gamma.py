@@ -28,7 +28,6 @@ from specjax.decoding import (
     ConfidenceGamma,
     FixedGamma,
     HeuristicGamma,
-    LookupDrafter,
     SpeculativeDecoder,
     TheoryGamma,
     loop,
@@ -183,7 +182,6 @@ def test_parse_gamma_policy():
         (lambda: TheoryGamma(prior_alpha=1.0), "prior_alpha"),
         (lambda: HeuristicGamma(initial=0), "initial"),
         (lambda: _decoder_with("heuristic"), "gamma_policy"),
-        (lambda: _decoder_with(HeuristicGamma(), draft=LookupDrafter(TARGET.vocab_size)), "model"),
     ],
 )
 def test_bad_arguments_raise_naming_the_argument(build, match):
