@@ -38,6 +38,7 @@ from specjax.decoding import (
     make_warper,
     summarize_stats,
 )
+from specjax.decoding.prompts import bucket_length
 from specjax.models import EagleHead, MedusaHeads, SparseBigramLM, UniformLM, fit_sparse_bigram
 from specjax.models.build import truncated
 from specjax.models.distilled_draft import DistilledDraft
@@ -247,7 +248,7 @@ def draft_table(
     ids = chat_ids(tokenizer, prompts)
     # One padded prompt width for every prompt: one program per decoder (a compile is seconds
     # on CPU and 15-30 s on a GPU for this target), the same padding for AR and drafts.
-    bucket = min(1 << (max(len(x) for x in ids) - 1).bit_length(), cache_len)
+    bucket = min(bucket_length(max(len(x) for x in ids)), cache_len)
     sizes = dict(cache_len=cache_len, min_bucket=bucket)
     decoders = {"AR": (AutoregressiveDecoder(model, warper, **sizes), (params,))}
     for name, (draft, draft_params, *tree) in drafts.items():

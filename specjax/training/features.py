@@ -29,6 +29,7 @@ import numpy as np
 
 from specjax.decoding import AutoregressiveDecoder, make_warper
 from specjax.decoding.prefill import target_features
+from specjax.decoding.prompts import bucket_length
 
 
 def params_fingerprint(params) -> str:
@@ -75,7 +76,7 @@ def generate_replies(
             f"max_new_tokens={max_new_tokens}"
         )
     # Every batch padded to one prompt width: one program (a compile is 20-40 s on a GPU).
-    bucket = min(1 << (max(len(p) for p in prompt_ids) - 1).bit_length(), cache_len)
+    bucket = min(bucket_length(max(len(p) for p in prompt_ids)), cache_len)
     decoder = AutoregressiveDecoder(
         model, make_warper(temperature), cache_len=cache_len, min_bucket=bucket
     )
@@ -123,7 +124,7 @@ def score_features(model, params, sequences, *, batch_size: int = 8, layers: tup
     out, out_layers = [], []
     for i in range(0, len(sequences), batch_size):
         chunk = sequences[i : i + batch_size]
-        width = max(64, 1 << (max(len(s) for s in chunk) - 1).bit_length())
+        width = bucket_length(max(len(s) for s in chunk), 64)
         tokens = np.zeros((batch_size, width), np.int32)
         lengths = np.zeros((batch_size,), np.int32)
         for b, s in enumerate(chunk):

@@ -31,7 +31,7 @@ from typing import Any
 import jax.numpy as jnp
 from flax import struct
 
-from specjax.decoding.drafters.base import Verdict
+from specjax.decoding.drafters.base import Verdict, feature_layers, reads_features
 from specjax.decoding.drafters.gamma_policy import GammaPolicy, check_gamma_max
 from specjax.decoding.state import Sequences
 
@@ -73,11 +73,11 @@ class TruncatedDrafter:
 
     @property
     def reads_features(self) -> bool:
-        return bool(getattr(self.inner, "reads_features", False))
+        return reads_features(self.inner)
 
     @property
     def feature_layers(self) -> tuple:
-        return tuple(getattr(self.inner, "feature_layers", ()))
+        return feature_layers(self.inner)
 
     @property
     def target(self):
