@@ -324,6 +324,30 @@ def test_shape_errors_also_raise_under_jit():
         _jit(jax.random.key(0), UNBALANCED, t, q[..., :7], p)
 
 
+def test_constant_node_tokens_inside_jit_are_checked_not_staged():
+    # Node tokens held as a constant of the traced function (only the key is traced): the token
+    # range check reads them on the host instead of slicing them into the trace (which raised
+    # TracerArrayConversionError), and the outcome is the eager one.
+    tokens = jnp.asarray(np.tile(TOKENS, (2, 1)))
+    probs = jnp.asarray(np.broadcast_to(_p(n0=1, n1=4, n4=7, n7=3), (2, N, V)))
+
+    @jax.jit
+    def fn(key):
+        return tree_accept(key, UNBALANCED, tokens, None, probs)
+
+    eager = tree_accept(KEYS[0], UNBALANCED, tokens, None, probs)
+    for got, want in zip(fn(KEYS[0]), eager, strict=True):
+        np.testing.assert_array_equal(got, want)
+    bad = tokens.at[0, 3].set(V)
+
+    @jax.jit
+    def bad_fn(key):
+        return tree_accept(key, UNBALANCED, bad, None, probs)
+
+    with pytest.raises(ValueError, match="node_tokens must lie in"):
+        bad_fn(KEYS[0])
+
+
 # ----------------------------------------------------------------------------- no retrace
 
 

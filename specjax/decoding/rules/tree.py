@@ -38,6 +38,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from specjax import checks
 from specjax.decoding.rules._common import normalise, residual_distribution
@@ -71,7 +72,7 @@ def _check_args(tree, node_tokens, draft_probs, target_probs, valid) -> None:
     if valid is not None:
         checks.check_shape("valid", valid, (batch, n), "[batch, num_nodes]")
     if checks.is_concrete(node_tokens) and n > 1:
-        lo, hi = checks.value_range(node_tokens[:, 1:])
+        lo, hi = checks.value_range(np.asarray(node_tokens)[:, 1:])  # sliced on the host
         if lo < 0 or hi >= vocab:
             raise ValueError(f"node_tokens must lie in [0, {vocab}); got values in [{lo}, {hi}]")
 
