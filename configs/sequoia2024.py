@@ -21,7 +21,7 @@ experiments/sequoia2024/README.md.
 
 String options (comma-separated): `tiny`, `zoo`, `smollm2`, `corpus=python|shakespeare`,
 `sizes=1/2/4/8`, `gammas=1/2/4`, `temperatures=0/0.6/1`, `methods=chain/sequoia`, `repeats=5`,
-`ranks=8`.
+`ranks=8`, `draft_vocab=N` (`smollm2`: the draft over its training data's N most frequent tokens).
 """
 
 import ml_collections
@@ -34,7 +34,7 @@ METHODS = ("chain", "kchains", "binary", "sequoia", "kchains_wo", "binary_wo")
 def _parse(arg):
     return parse_options(
         arg,
-        ints=("repeats", "ranks"),
+        ints=("repeats", "ranks", "draft_vocab"),
         strs=("corpus",),
         lists=("temperatures",),
         int_lists=("sizes", "gammas"),
@@ -131,6 +131,8 @@ def _smollm2(config, options) -> None:
     config.target_label = "smollm2"  # names the draft's workdir: <heads_dir>/distilled2-smollm2
     config.draft_head = "distilled2"  # or the workdir of a trained distilled draft
     config.heads_dir = ""  # "": $SPECJAX_CACHE/heads
+    # > 0: the draft drafts over its training data's N most frequent tokens (ReducedVocabLM)
+    config.draft_vocab = int(options.get("draft_vocab", 0))
     config.cache_len = 1024
     config.sizes = options.get("sizes", (1, 2, 4, 8, 16))
     config.methods = options.get("methods", ("chain", "kchains", "binary", "sequoia"))

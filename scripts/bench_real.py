@@ -45,6 +45,11 @@ flags.DEFINE_string("out", None, "directory for results.json and results.md")
 flags.DEFINE_list("heads", [], "workdirs of trained feature heads (configs/heads.py runs)")
 flags.DEFINE_list("kinds", None, "drafts/overhead parts: only drafts whose name starts so")
 flags.DEFINE_list("trees", [], "static trees each EAGLE head also drafts, like 2-2-1-1")
+flags.DEFINE_list(
+    "draft_vocabs",
+    [],
+    "sizes N: each distilled draft also drafts over its training data's N most frequent tokens",
+)
 flags.DEFINE_bool(
     "exact_matmuls",
     True,
@@ -110,6 +115,7 @@ def main(argv):
             target, target_params, tokenizer, heads=FLAGS.heads, kinds=FLAGS.kinds,
             trees=[tuple(int(b) for b in t.split("-")) for t in FLAGS.trees],
             dynamic=[DynamicTree.parse(t.replace("-", ",")) for t in FLAGS.dynamic],
+            draft_vocabs=[int(n) for n in FLAGS.draft_vocabs],
         )  # fmt: skip
     if "overhead" in FLAGS.parts:
         rows = speed.loop_overhead(

@@ -5,7 +5,8 @@
   position t against token t + 1 (the alignment a shifted label would break).
 * The tiny preset (`configs/heads.py:tiny,distilled,layers=1`, 60 steps) raises the draft's α at
   t = 0 over the untrained start on held-out random prompts (measured below), and the trained
-  draft, loaded back as a plain model draft, decodes token-for-token as AR.
+  draft, loaded back as a plain model draft, decodes token-for-token as AR, and so does the
+  same draft over its training data's 8 most frequent tokens (`build_drafts(draft_vocabs=...)`).
 * Bad input: a layer count outside [1, target's), a draft vocabulary or reply-only weights for a
   distilled draft, are refused naming the field.
 """
@@ -13,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +22,8 @@ import numpy as np
 import pytest
 
 from configs.heads import get_config
+from experiments.common import real_drafts
+from experiments.heads import data as heads_data
 from experiments.heads import train as heads_train
 from specjax.decoding import AutoregressiveDecoder, SpeculativeDecoder, make_warper
 from specjax.models.build import truncated
@@ -27,7 +31,7 @@ from specjax.models.distilled_draft import DistilledDraft
 from specjax.training.distill import divergence
 from specjax.training.distilled_draft import distilled_draft_loss
 from specjax.training.eagle import HeadBatches
-from specjax.training.head_run import load_head
+from specjax.training.head_run import head_settings, load_head
 
 T0 = make_warper(0.0)
 
@@ -86,6 +90,31 @@ def test_a_tiny_run_raises_alpha_and_decodes_as_ar(tmp_path):
     for a, b in zip(ar.new_tokens(), res.new_tokens(), strict=True):
         np.testing.assert_array_equal(a, b)
 
+    # The same draft over its training data's 8 most frequent tokens (`build_drafts`'
+    # draft_vocabs: a ReducedVocabLM): ids no less frequent in that data than any other token,
+    # and greedy decoding still token for token AR's. The tiny preset keeps its data in memory;
+    # a real run's is in the features cache, where `build_drafts` reads it: put it there.
+    fingerprint = head_settings(str(tmp_path / "run"))["data"]
+    data = heads_train._tiny_data(model, tp, config)
+    assert data.meta["fingerprint"] == fingerprint
+    os.makedirs(os.path.dirname(heads_data._cache_path(fingerprint)), exist_ok=True)
+    data.save(heads_data._cache_path(fingerprint))
+    drafts = real_drafts.build_drafts(
+        model, tp, None, layers=(), heads=[str(tmp_path / "run")], kinds=["distilled"],
+        draft_vocabs=[8],
+    )  # fmt: skip
+    [name] = [n for n in drafts if "over 8 tokens" in n]
+    draft, dp = drafts[name]
+    counts = np.bincount(data.tokens, minlength=model.vocab_size)
+    chosen = np.asarray(draft.draft_ids)
+    assert len(chosen) == 8 and counts[chosen].min() >= np.delete(counts, chosen).max()
+    reduced = SpeculativeDecoder(model, draft, 4, T0, cache_len=64).generate(
+        tp, dp, prompts=prompts, key=key, max_new_tokens=24
+    )
+    print("alpha over 8 tokens", reduced.summary()["alpha_empirical"])
+    for a, b in zip(ar.new_tokens(), reduced.new_tokens(), strict=True):
+        np.testing.assert_array_equal(a, b)
+
 
 def test_bad_settings_are_refused(tmp_path):
     model, _ = heads_train.tiny_target()
@@ -98,3 +127,8 @@ def test_bad_settings_are_refused(tmp_path):
     config.draft_vocab = 8
     with pytest.raises(ValueError, match="config.draft_vocab and config.train.reply_only"):
         run_mode("heads", config, str(tmp_path / "bad"))
+
+
+def test_a_draft_vocabulary_without_its_training_data_is_refused_naming_it():
+    with pytest.raises(FileNotFoundError, match="training data no-such-data is not cached"):
+        heads_data.token_order("no-such-data", 29)

@@ -13,7 +13,9 @@ import os
 import pytest
 
 from configs import sequoia2024 as seq_config
+from experiments.common import real_drafts
 from experiments.sequoia2024 import pipeline, real, report
+from specjax.models import ReducedVocabLM
 from tests.gguf_writer import write_tiny_chat_pair
 
 
@@ -61,8 +63,21 @@ def test_report_renders_from_results_json(results):
     assert "distilled1-tiny" in text and "our chat prompts" in text
 
 
+def test_the_draft_over_its_training_datas_frequent_tokens(results):
+    """`draft_vocab=N`: the same trained draft as a ReducedVocabLM over N ids, read from its
+    cached training data (a real run's data is cached; this draft's was built by the fixture)."""
+    _, config, _ = results
+    reduced = config.copy_and_resolve_references()
+    reduced.draft_vocab = 8
+    *_, draft, dparams, name = real_drafts.distilled_pair(reduced, log=lambda _: None)
+    assert isinstance(draft, ReducedVocabLM) and len(draft.draft_ids) == 8
+    assert name == "distilled1-tiny over 8 tokens" and dparams["columns"].shape[1] == 8
+    assert seq_config.get_config("smollm2,draft_vocab=4096").draft_vocab == 4096
+
+
 def test_the_smollm2_preset_excludes_tiny_and_zoo():
     config = seq_config.get_config("smollm2")
     with pytest.raises(ValueError, match="choose one of"):
         seq_config.get_config("smollm2,tiny")
     assert config.draft_head == "distilled2" and config.sizes == (1, 2, 4, 8, 16)
+    assert config.draft_vocab == 0

@@ -124,7 +124,9 @@ def distilled_pair(config, log=print):
     The target is `config.pretrained`; the draft is the distilled small transformer
     `config.draft_head` ("distilled<layers>", trained first into
     <config.heads_dir>/<name>-<config.target_label> when missing, or a trained run's workdir
-    or exported file), as a plain model draft (`DistilledDraft.decode_model`).
+    or exported file), as a plain model draft (`DistilledDraft.decode_model`); with
+    `config.draft_vocab` = N > 0, drafting over its training data's N most frequent tokens only
+    (a `ReducedVocabLM`).
     """
     from specjax.pretrained import load_pretrained
 
@@ -138,9 +140,14 @@ def distilled_pair(config, log=print):
             f"config.draft_head={config.draft_head!r} is not a distilled draft: this experiment "
             "needs a draft model ('distilled<layers>')"
         )
-    draft, dparams = head.decode_model(head_params, tparams)
     name = os.path.basename(workdir).removesuffix(EXPORT_SUFFIX)
-    return target, tparams, tokenizer, draft, dparams, name
+    size = int(config.get("draft_vocab", 0))
+    if not size:
+        draft, dparams = head.decode_model(head_params, tparams)
+        return target, tparams, tokenizer, draft, dparams, name
+    ids = np.sort(_training_token_order(workdir, target.vocab_size)[:size])
+    draft, dparams = head.decode_model(head_params, tparams, draft_ids=ids)
+    return target, tparams, tokenizer, draft, dparams, f"{name} over {size} tokens"
 
 
 def build_drafts(
@@ -154,6 +161,7 @@ def build_drafts(
     trees=(),
     dynamic=(),
     kinds=None,
+    draft_vocabs=(),
 ) -> dict:
     """name -> (draft, draft_params) for every training-free draft kind, plus trained heads.
 
@@ -171,6 +179,9 @@ def build_drafts(
         ("EAGLE-2 d-k-N (<workdir name>)": depth d, top-k k, N nodes with the root; point-mass
         verification; "EAGLE-3 dynamic d-k-N (...)" for an EAGLE-3 head).
       kinds: keep only drafts whose name starts with one of these (None: all).
+      draft_vocabs: sizes N; each distilled draft also drafts over its training data's N most
+        frequent tokens ("distilled K layers over N tokens (...)": `ReducedVocabLM`, its
+        output layer at those N columns only, q = 0 elsewhere).
     """
     keep = lambda name: kinds is None or any(name.startswith(k) for k in kinds)  # noqa: E731
     vocab = model.vocab_size
@@ -196,6 +207,11 @@ def build_drafts(
             name = f"distilled {head.num_layers} layers ({label})"
             if keep(name):
                 drafts[name] = head.decode_model(head_params, params)
+            for size in draft_vocabs:
+                name = f"distilled {head.num_layers} layers over {size} tokens ({label})"
+                if keep(name):
+                    ids = np.sort(_training_token_order(workdir, vocab)[:size])
+                    drafts[name] = head.decode_model(head_params, params, draft_ids=ids)
             continue
         eagle = isinstance(head, EagleHead)
         kind = ("EAGLE-3" if head.feature_layers else "EAGLE-1") if eagle else "Medusa"
@@ -212,6 +228,14 @@ def build_drafts(
             if keep(name):
                 drafts[name] = (head, head_params) if tree is None else (head, head_params, tree)
     return drafts
+
+
+def _training_token_order(workdir: str, vocab_size: int) -> np.ndarray:
+    """A trained draft's training tokens, most frequent first (`experiments.heads.data`)."""
+    from experiments.heads.data import token_order
+    from specjax.training.head_run import head_settings
+
+    return token_order(head_settings(workdir)["data"], vocab_size)
 
 
 def draft_gamma(draft, gamma: int) -> int:

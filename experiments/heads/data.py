@@ -104,6 +104,25 @@ def feature_data(
     return data
 
 
+def token_order(fingerprint: str, vocab_size: int) -> np.ndarray:
+    """int64 [vocab_size] token ids of the cached training data `fingerprint`, most frequent
+    first (ties by id): the first N, sorted, are `specjax.training.eagle.frequent_tokens(data,
+    N)`, the columns a run with `ce_vocab=N` was trained over.
+
+    Raises FileNotFoundError when that data is not in $SPECJAX_CACHE/features (a head trained
+    on another machine: build the data there with the head's config, or pass the ids).
+    """
+    path = _cache_path(fingerprint)
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"the training data {fingerprint} is not cached ({path}): run the head's "
+            "configs/heads.py config once to build it"
+        )
+    with np.load(path) as z:
+        tokens = z["tokens"]
+    return np.argsort(-np.bincount(tokens, minlength=vocab_size), kind="stable")
+
+
 def _fingerprint(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 

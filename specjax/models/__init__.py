@@ -8,6 +8,7 @@ from specjax.models.layout import with_matmul
 from specjax.models.medusa_heads import MedusaHeads
 from specjax.models.ngram import NgramLM, UniformLM, fit_ngram
 from specjax.models.prompt_lookup import PromptLookupLM
+from specjax.models.reduced_vocab import ReducedVocabLM, reduce_vocab
 from specjax.models.sparse_ngram import SparseBigramLM, fit_sparse_bigram
 from specjax.models.transformer import Transformer, TransformerLM
 
@@ -20,6 +21,7 @@ __all__ = [
     "ModelOutput",
     "NgramLM",
     "PromptLookupLM",
+    "ReducedVocabLM",
     "RopeScaling",
     "SparseBigramLM",
     "Transformer",
@@ -29,6 +31,7 @@ __all__ = [
     "check_pair",
     "fit_ngram",
     "fit_sparse_bigram",
+    "reduce_vocab",
     "rollback",
     "select_rows",
     "state_logical_axes",

@@ -20,6 +20,7 @@ import dataclasses
 import jax
 
 from specjax.models.layout import with_matmul
+from specjax.models.reduced_vocab import reduce_vocab
 from specjax.models.transformer import TransformerLM
 
 
@@ -82,9 +83,14 @@ class DistilledDraft:
         shared = {k: v for k, v in target_params_xla.items() if not k.startswith("block_")}
         return {**shared, **params}
 
-    def decode_model(self, params, target_params):
-        """(TransformerLM, params) to decode with, in the target's weight layout."""
+    def decode_model(self, params, target_params, draft_ids=None):
+        """(model, params) to decode with, in the target's weight layout: the TransformerLM, or
+        with `draft_ids` (sorted token ids) a `ReducedVocabLM` drafting over those ids only
+        (its output layer at N columns; q = 0 elsewhere)."""
         model, full = self.model, self.full_params(params, self._target_xla(target_params))
         if self.target.config.matmul != "xla":
             model, full = with_matmul(model, full, self.target.config.matmul)
-        return model, jax.tree.map(lambda x: x, full)
+        full = jax.tree.map(lambda x: x, full)
+        if draft_ids is None:
+            return model, full
+        return reduce_vocab(model, full, draft_ids)

@@ -227,6 +227,14 @@ def load_head(workdir: str, target):
     return head, restored[1]
 
 
+def head_settings(workdir: str) -> dict:
+    """The settings a head run directory (newest checkpoint) or an `export_head` file recorded:
+    "kind", "head" (its shape), "data" (the fingerprint of its training data), "ce_vocab", ..."""
+    if workdir.endswith(EXPORT_SUFFIX):
+        return _read_export(workdir)[0]
+    return _run_settings(workdir)[1]
+
+
 def _head_of(settings: dict, target, workdir: str):
     """The head a run's settings describe, for `target`; ValueError if trained for another shape."""
     from specjax.models.distilled_draft import DistilledDraft
