@@ -73,6 +73,9 @@ def test_the_draft_over_its_training_datas_frequent_tokens(results):
     assert isinstance(draft, ReducedVocabLM) and len(draft.draft_ids) == 8
     assert name == "distilled1-tiny over 8 tokens" and dparams["columns"].shape[1] == 8
     assert seq_config.get_config("smollm2,draft_vocab=4096").draft_vocab == 4096
+    reduced.draft_vocab = -8
+    with pytest.raises(ValueError, match="config.draft_vocab: a draft vocabulary must hold"):
+        real_drafts.distilled_pair(reduced, log=lambda _: None)
 
 
 def test_the_smollm2_preset_excludes_tiny_and_zoo():

@@ -145,7 +145,7 @@ def distilled_pair(config, log=print):
     if not size:
         draft, dparams = head.decode_model(head_params, tparams)
         return target, tparams, tokenizer, draft, dparams, name
-    ids = np.sort(_training_token_order(workdir, target.vocab_size)[:size])
+    ids = _frequent_ids(workdir, target.vocab_size, size, "config.draft_vocab")
     draft, dparams = head.decode_model(head_params, tparams, draft_ids=ids)
     return target, tparams, tokenizer, draft, dparams, f"{name} over {size} tokens"
 
@@ -210,7 +210,7 @@ def build_drafts(
             for size in draft_vocabs:
                 name = f"distilled {head.num_layers} layers over {size} tokens ({label})"
                 if keep(name):
-                    ids = np.sort(_training_token_order(workdir, vocab)[:size])
+                    ids = _frequent_ids(workdir, vocab, size, "draft_vocabs")
                     drafts[name] = head.decode_model(head_params, params, draft_ids=ids)
             continue
         eagle = isinstance(head, EagleHead)
@@ -230,12 +230,17 @@ def build_drafts(
     return drafts
 
 
-def _training_token_order(workdir: str, vocab_size: int) -> np.ndarray:
-    """A trained draft's training tokens, most frequent first (`experiments.heads.data`)."""
+def _frequent_ids(workdir: str, vocab_size: int, size: int, name: str) -> np.ndarray:
+    """The `size` most frequent tokens of a trained draft's training data, sorted
+    (`experiments.heads.data.token_order`); ValueError naming `name` unless 1 <= size <= vocab."""
     from experiments.heads.data import token_order
     from specjax.training.head_run import head_settings
 
-    return token_order(head_settings(workdir)["data"], vocab_size)
+    if not 1 <= size <= vocab_size:
+        raise ValueError(
+            f"{name}: a draft vocabulary must hold 1 to {vocab_size} tokens; got {size}"
+        )
+    return np.sort(token_order(head_settings(workdir)["data"], vocab_size)[:size])
 
 
 def draft_gamma(draft, gamma: int) -> int:
