@@ -19,6 +19,7 @@ import numpy as np
 
 from experiments.common.train_prompts import stdlib_fingerprint, train_prompts
 from specjax.pretrained import cache_dir
+from specjax.training.eagle import rank_by_frequency
 from specjax.training.features import (
     FeatureData,
     generate_replies,
@@ -106,8 +107,8 @@ def feature_data(
 
 def token_order(fingerprint: str, vocab_size: int) -> np.ndarray:
     """int64 [vocab_size] token ids of the cached training data `fingerprint`, most frequent
-    first (ties by id): the first N, sorted, are `specjax.training.eagle.frequent_tokens(data,
-    N)`, the columns a run with `ce_vocab=N` was trained over.
+    first (`specjax.training.eagle.rank_by_frequency`): the first N, sorted, are
+    `frequent_tokens(data, N)`, the columns a run with `ce_vocab=N` was trained over.
 
     Raises FileNotFoundError when that data is not in $SPECJAX_CACHE/features (a head trained
     on another machine: build the data there with the head's config, or pass the ids).
@@ -119,8 +120,7 @@ def token_order(fingerprint: str, vocab_size: int) -> np.ndarray:
             "configs/heads.py config once to build it"
         )
     with np.load(path) as z:
-        tokens = z["tokens"]
-    return np.argsort(-np.bincount(tokens, minlength=vocab_size), kind="stable")
+        return rank_by_frequency(z["tokens"], vocab_size)
 
 
 def _fingerprint(settings: dict) -> str:

@@ -105,10 +105,14 @@ def output_columns(head, target_params, token_ids) -> jax.Array:
     return target_columns(head.target, target_params, token_ids)
 
 
+def rank_by_frequency(tokens: np.ndarray, minlength: int = 0) -> np.ndarray:
+    """Token ids, most frequent in `tokens` first (ties by id): int64 [max(minlength, max + 1)]."""
+    return np.argsort(-np.bincount(tokens, minlength=minlength), kind="stable")
+
+
 def frequent_tokens(data: FeatureData, count: int) -> np.ndarray:
     """The `count` most frequent token ids of the data (ties by id), int32 [count]."""
-    counts = np.bincount(data.tokens, minlength=count)
-    return np.sort(np.argsort(-counts, kind="stable")[:count]).astype(np.int32)
+    return np.sort(rank_by_frequency(data.tokens, count)[:count]).astype(np.int32)
 
 
 def eagle_loss(
