@@ -22,6 +22,7 @@ KERNELS = Extension(
     sources=[
         "specjax/kernels/packed_matmul.cc",
         "specjax/kernels/cache_attention.cc",
+        "specjax/kernels/threefry.cc",
         "specjax/kernels/module.cc",
     ],
     depends=["specjax/kernels/common.h"],

@@ -70,16 +70,32 @@ def _backend_started() -> bool:
         return True
 
 
-def configure_cpu() -> bool:
+def configure_cpu(threefry: bool = True) -> bool:
     """Sets the XLA:CPU copy-insertion flag in XLA_FLAGS, if it can still take effect.
 
-    Idempotent. Does nothing with SPECJAX_NO_XLA_FLAGS=1 or when XLA_FLAGS already names the
-    flag (an explicit `=false` is respected). Once JAX's backend has started, XLA_FLAGS is no
-    longer read: then this warns (`CpuFlagWarning`), changes nothing and returns False.
+    Idempotent. Does nothing to XLA_FLAGS with SPECJAX_NO_XLA_FLAGS=1 or when XLA_FLAGS already
+    names the flag (an explicit `=false` is respected). Once JAX's backend has started, XLA_FLAGS
+    is no longer read: then this warns (`CpuFlagWarning`), changes no flag and returns False.
+
+    Args:
+      threefry: also make jax.random's threefry hash one call of specjax's CPU kernel in CPU
+        programs traced from now on (`specjax.kernels.install_threefry`: the same random bits,
+        compiled faster; nothing changes where the kernels are not built). It may be called
+        at any time, also after the backend started.
 
     Returns:
       Whether the flag is in effect for this process's XLA:CPU backend.
     """
+    flag = _configure_flag()
+    if threefry:
+        from specjax.kernels import install_threefry
+
+        install_threefry()
+    return flag
+
+
+def _configure_flag() -> bool:
+    """`configure_cpu`'s XLA_FLAGS part."""
     current = os.environ.get("XLA_FLAGS", "")
     value = _flag_value(current)
     if value is not None:
@@ -94,7 +110,7 @@ def configure_cpu() -> bool:
             "(in a notebook: restart the kernel and call it first), or start the process with "
             f"XLA_FLAGS={FLAG}=true.",
             CpuFlagWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
         return False
     os.environ["XLA_FLAGS"] = f"{current} {FLAG}=true".strip()

@@ -23,14 +23,18 @@ from specjax.kernels.ops import (
     status,
     unpack,
 )
+from specjax.kernels.threefry import install_threefry, threefry2x32, threefry_installed
 
 __all__ = [
     "PANEL",
     "available",
     "cache_attention",
     "fused_matmul",
+    "install_threefry",
     "pack",
     "packed_matmul",
     "status",
+    "threefry2x32",
+    "threefry_installed",
     "unpack",
 ]

@@ -29,6 +29,7 @@ PANEL = 8
 _TARGETS = {
     "packed_matmul": "SpecjaxPackedMatmul",
     "cache_attention": "SpecjaxCacheAttention",
+    "threefry2x32": "SpecjaxThreefry2x32",
 }
 _PREFIX = "specjax_"
 # FusedMatmul's prologue codes (`Prologue` in packed_matmul.cc).
