@@ -25,6 +25,8 @@ second run only measures. Hardware: our 2-core CPU; runtimes in the README.
 String options (comma-separated): `tiny`, `smoke`, `smollm2`, `corpus=python|shakespeare`,
 `gammas=1/2/4`, `heads=eagle1/medusa/distilled2` (smollm2's trained drafts),
 `sweep=prompt lookup/EAGLE-1` (smollm2's Table 2 drafts, by name prefix),
+`draft_vocabs=2048` (smollm2: each distilled draft also over its training data's N most frequent
+tokens, "distilled 2 layers over 2048 tokens (...)"),
 `repeats=5`, `drafts=bigram/draft_m` (subset of the drafts below), `accept=block` (Table 2's
 acceptance rule: tokenwise | block | lenient:L | typical:EPS/DELTA; the lossy two are marked
 LOSSY), `compare_block` (adds the block-verification table: token-wise vs block tokens per
@@ -55,7 +57,7 @@ def _parse(arg):
         arg,
         ints=("repeats",),
         strs=("corpus", "accept"),
-        int_lists=("gammas",),
+        int_lists=("gammas", "draft_vocabs"),
         str_lists=("drafts", "heads", "sweep"),
         switches=("tiny", "smoke", "compare_block", "smollm2"),
     )
@@ -133,6 +135,7 @@ def _smollm2(config, options) -> None:
     # Trained drafts: eagle1, medusa, distilled<layers>; "" heads_dir = $SPECJAX_CACHE/heads.
     config.heads = options.get("heads", ("eagle1", "medusa", "distilled2"))
     config.heads_dir = ""
+    config.draft_vocabs = options.get("draft_vocabs", ())
     config.dynamic = ("4,3,8",)  # EAGLE-2 trees of each EAGLE-1 head: depth, top-k, nodes
     config.sweep = options.get("sweep", ("prompt lookup", "EAGLE-1"))
     config.gammas = options.get("gammas", (1, 2, 3, 4, 6))

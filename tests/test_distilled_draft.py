@@ -25,13 +25,14 @@ from configs.heads import get_config
 from experiments.common import real_drafts
 from experiments.heads import data as heads_data
 from experiments.heads import train as heads_train
+from specjax.checkpoint import CheckpointError
 from specjax.decoding import AutoregressiveDecoder, SpeculativeDecoder, make_warper
 from specjax.models.build import truncated
 from specjax.models.distilled_draft import DistilledDraft
 from specjax.training.distill import divergence
 from specjax.training.distilled_draft import distilled_draft_loss
-from specjax.training.eagle import HeadBatches
-from specjax.training.head_run import head_settings, load_head
+from specjax.training.eagle import HeadBatches, rank_by_frequency
+from specjax.training.head_run import export_head, head_settings, head_token_order, load_head
 
 T0 = make_warper(0.0)
 
@@ -92,22 +93,26 @@ def test_a_tiny_run_raises_alpha_and_decodes_as_ar(tmp_path):
 
     # The same draft over its training data's 8 most frequent tokens (`build_drafts`'
     # draft_vocabs: a ReducedVocabLM): ids no less frequent in that data than any other token,
-    # and greedy decoding still token for token AR's. The tiny preset keeps its data in memory;
-    # a real run's is in the features cache, where `build_drafts` reads it: put it there.
+    # and greedy decoding still token for token AR's. The ids come from the token counts the
+    # run recorded, in its directory and in an exported head file: the tiny preset keeps its
+    # data in memory, so no features cache holds it (as on a machine the head was copied to).
     fingerprint = head_settings(str(tmp_path / "run"))["data"]
+    assert not os.path.exists(heads_data._cache_path(fingerprint))
     data = heads_train._tiny_data(model, tp, config)
     assert data.meta["fingerprint"] == fingerprint
-    os.makedirs(os.path.dirname(heads_data._cache_path(fingerprint)), exist_ok=True)
-    data.save(heads_data._cache_path(fingerprint))
-    drafts = real_drafts.build_drafts(
-        model, tp, None, layers=(), heads=[str(tmp_path / "run")], kinds=["distilled"],
-        draft_vocabs=[8],
-    )  # fmt: skip
-    [name] = [n for n in drafts if "over 8 tokens" in n]
-    draft, dp = drafts[name]
     counts = np.bincount(data.tokens, minlength=model.vocab_size)
-    chosen = np.asarray(draft.draft_ids)
-    assert len(chosen) == 8 and counts[chosen].min() >= np.delete(counts, chosen).max()
+    exported = export_head(str(tmp_path / "run"), model, str(tmp_path / "d.head.npz"))
+    for source in (str(tmp_path / "run"), exported):
+        drafts = real_drafts.build_drafts(
+            model, tp, None, layers=(), heads=[source], kinds=["distilled"], draft_vocabs=[8]
+        )
+        [name] = [n for n in drafts if "over 8 tokens" in n]
+        draft, dp = drafts[name]
+        chosen = np.asarray(draft.draft_ids)
+        assert len(chosen) == 8 and counts[chosen].min() >= np.delete(counts, chosen).max()
+    np.testing.assert_array_equal(
+        head_token_order(exported), rank_by_frequency(data.tokens, model.vocab_size)
+    )
     reduced = SpeculativeDecoder(model, draft, 4, T0, cache_len=64).generate(
         tp, dp, prompts=prompts, key=key, max_new_tokens=24
     )
@@ -129,6 +134,11 @@ def test_bad_settings_are_refused(tmp_path):
         run_mode("heads", config, str(tmp_path / "bad"))
 
 
-def test_a_draft_vocabulary_without_its_training_data_is_refused_naming_it():
+def test_a_draft_vocabulary_without_its_training_data_is_refused_naming_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="training data no-such-data is not cached"):
         heads_data.token_order("no-such-data", 29)
+    # A run directory without recorded counts falls back to that cache: refused the same way.
+    assert head_token_order(str(tmp_path)) is None
+    (tmp_path / "token_counts.npy").write_bytes(b"not an array")
+    with pytest.raises(CheckpointError, match="token counts .*token_counts.npy are damaged"):
+        head_token_order(str(tmp_path))

@@ -49,6 +49,11 @@ def results(tmp_path_factory):
     return out, workdir
 
 
+def test_draft_vocabs_option_reaches_the_config():
+    assert lev_config.get_config("smollm2").draft_vocabs == ()
+    assert lev_config.get_config("smollm2,draft_vocabs=2048/512").draft_vocabs == (2048, 512)
+
+
 def test_prompts_are_held_out_and_cover_every_task():
     assert not set(real.ALPHA_PROMPTS) & set(real.WALLTIME_PROMPTS)
     for prompts, per_task in ((real.ALPHA_PROMPTS, 2), (real.WALLTIME_PROMPTS, 1)):

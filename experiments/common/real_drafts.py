@@ -231,16 +231,25 @@ def build_drafts(
 
 
 def _frequent_ids(workdir: str, vocab_size: int, size: int, name: str) -> np.ndarray:
-    """The `size` most frequent tokens of a trained draft's training data, sorted
-    (`experiments.heads.data.token_order`); ValueError naming `name` unless 1 <= size <= vocab."""
+    """The `size` most frequent tokens of a trained draft's training data, sorted: from the
+    counts its run recorded (`head_token_order`), else from the cached training data
+    (`experiments.heads.data.token_order`, a run from before the counts were recorded).
+    ValueError naming `name` unless 1 <= size <= vocab."""
     from experiments.heads.data import token_order
-    from specjax.training.head_run import head_settings
+    from specjax.training.head_run import head_settings, head_token_order
 
     if not 1 <= size <= vocab_size:
         raise ValueError(
             f"{name}: a draft vocabulary must hold 1 to {vocab_size} tokens; got {size}"
         )
-    return np.sort(token_order(head_settings(workdir)["data"], vocab_size)[:size])
+    order = head_token_order(workdir)
+    if order is None:
+        order = token_order(head_settings(workdir)["data"], vocab_size)
+    elif len(order) != vocab_size:
+        raise ValueError(
+            f"{name}: {workdir} recorded counts of {len(order)} tokens; the target has {vocab_size}"
+        )
+    return np.sort(order[:size])
 
 
 def draft_gamma(draft, gamma: int) -> int:

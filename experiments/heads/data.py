@@ -110,8 +110,9 @@ def token_order(fingerprint: str, vocab_size: int) -> np.ndarray:
     first (`specjax.training.eagle.rank_by_frequency`): the first N, sorted, are
     `frequent_tokens(data, N)`, the columns a run with `ce_vocab=N` was trained over.
 
-    Raises FileNotFoundError when that data is not in $SPECJAX_CACHE/features (a head trained
-    on another machine: build the data there with the head's config, or pass the ids).
+    Runs record the same order with their checkpoints (`head_run.head_token_order`); this is
+    for runs from before they did. Raises FileNotFoundError when that data is not in
+    $SPECJAX_CACHE/features (build it with the head's config, or pass the ids).
     """
     path = _cache_path(fingerprint)
     if not os.path.exists(path):

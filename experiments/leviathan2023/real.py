@@ -70,6 +70,7 @@ def load_models(config, log=_log):
         target, params, tokenizer, layers=tuple(config.draft_layers), heads=heads,
         dynamic=[DynamicTree.parse(d) for d in config.dynamic],
         kinds=kinds + ("EAGLE", "Medusa", "distilled"),  # every trained draft of config.heads
+        draft_vocabs=tuple(config.get("draft_vocabs", ())),
     )  # fmt: skip
     log(
         f"  target {config.pretrained}: {target.config.num_layers} layers, vocab "

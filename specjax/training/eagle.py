@@ -107,7 +107,12 @@ def output_columns(head, target_params, token_ids) -> jax.Array:
 
 def rank_by_frequency(tokens: np.ndarray, minlength: int = 0) -> np.ndarray:
     """Token ids, most frequent in `tokens` first (ties by id): int64 [max(minlength, max + 1)]."""
-    return np.argsort(-np.bincount(tokens, minlength=minlength), kind="stable")
+    return rank_counts(np.bincount(tokens, minlength=minlength))
+
+
+def rank_counts(counts: np.ndarray) -> np.ndarray:
+    """Token ids by their counts [vocab], largest first (ties by id): int64 [vocab]."""
+    return np.argsort(-np.asarray(counts), kind="stable")
 
 
 def frequent_tokens(data: FeatureData, count: int) -> np.ndarray:

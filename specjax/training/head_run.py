@@ -21,7 +21,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax import checkpoint as ckpt_lib
-from specjax.training.eagle import HeadBatches, frequent_tokens, make_head_step, output_columns
+from specjax.training.eagle import (
+    HeadBatches,
+    frequent_tokens,
+    make_head_step,
+    output_columns,
+    rank_counts,
+)
 from specjax.training.loop import config_diffs
 from specjax.training.optim import make_optimizer
 from specjax.training.signals import StopRequest
@@ -116,6 +122,7 @@ def train_head(head, target_params, data, workdir: str, *, log=print, stop_after
     elif cfg["ce_vocab"]:
         columns = output_columns(head, target_params, frequent_tokens(data, cfg["ce_vocab"]))
     os.makedirs(workdir, exist_ok=True)
+    _write_token_counts(workdir, np.bincount(data.tokens, minlength=head.target.vocab_size))
     checkpointer = ckpt_lib.Checkpointer(os.path.join(workdir, CHECKPOINTS), keep=2)
     abstract = jax.eval_shape(head.init_params, key)
     restored = checkpointer.restore_latest(abstract, jax.eval_shape(tx.init, abstract))
@@ -212,7 +219,7 @@ def load_head(workdir: str, target):
     against their checksums (a damaged newest checkpoint falls back to the one before).
     """
     if workdir.endswith(EXPORT_SUFFIX):
-        settings, flat = _read_export(workdir)
+        settings, flat, _ = _read_export(workdir)
         head = _head_of(settings, target, workdir)
         return head, _unflatten(
             flat, jax.eval_shape(head.init_params, jax.random.PRNGKey(0)), workdir
@@ -225,6 +232,37 @@ def load_head(workdir: str, target):
     restored = checkpointer.restore_latest(abstract, jax.eval_shape(tx.init, abstract))
     checkpointer.close()
     return head, restored[1]
+
+
+TOKEN_COUNTS = "token_counts.npy"
+_COUNTS_KEY = "__token_counts__"
+
+
+def _write_token_counts(workdir: str, counts: np.ndarray) -> None:
+    """Records how often each token id occurs in the run's training data (int64 [vocab])."""
+    path = os.path.join(workdir, TOKEN_COUNTS)
+    tmp = path + ".tmp.npy"
+    np.save(tmp, counts.astype(np.int64))
+    os.replace(tmp, path)
+
+
+def head_token_order(workdir: str) -> np.ndarray | None:
+    """Token ids, most frequent in the head's training data first (ties by id), int64 [vocab],
+    as the run recorded them (its directory, or an `export_head` file); None for a run that
+    recorded none (trained before the counts were kept: `experiments.heads.data.token_order`
+    reads them from the cached training data instead). The first N, sorted, are the columns a
+    run with `ce_vocab=N` was trained over."""
+    if workdir.endswith(EXPORT_SUFFIX):
+        counts = _read_export(workdir)[2]
+    else:
+        path = os.path.join(workdir, TOKEN_COUNTS)
+        if not os.path.exists(path):
+            return None
+        try:
+            counts = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise ckpt_lib.CheckpointError(f"token counts {path} are damaged: {e}") from e
+    return None if counts is None else rank_counts(counts)
 
 
 def head_settings(workdir: str) -> dict:
@@ -299,6 +337,9 @@ def export_head(workdir: str, target, path: str) -> str:
     leaves = jax.tree_util.tree_flatten_with_path(params)[0]
     flat = {jax.tree_util.keystr(k): np.asarray(v) for k, v in leaves}
     flat[_SETTINGS_KEY] = np.asarray(json.dumps(settings))
+    counts_path = os.path.join(workdir, TOKEN_COUNTS)
+    if os.path.exists(counts_path):
+        flat[_COUNTS_KEY] = np.load(counts_path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + ".tmp.npz"
     np.savez(tmp, **flat)
@@ -306,17 +347,19 @@ def export_head(workdir: str, target, path: str) -> str:
     return path
 
 
-def _read_export(path: str) -> tuple[dict, dict]:
-    """(settings, {leaf path: array}) of an `export_head` file; CheckpointError if damaged."""
+def _read_export(path: str) -> tuple[dict, dict, np.ndarray | None]:
+    """(settings, {leaf path: array}, token counts or None) of an `export_head` file;
+    CheckpointError if damaged."""
     try:
         with np.load(path, allow_pickle=False) as f:
             flat = {k: f[k] for k in f.files}
         settings = json.loads(str(flat.pop(_SETTINGS_KEY)))
+        counts = flat.pop(_COUNTS_KEY, None)
     except OSError:
         raise
     except Exception as e:  # noqa: BLE001 - zip/CRC/JSON errors all mean a damaged file
         raise ckpt_lib.CheckpointError(f"head file {path} is damaged or not a head: {e}") from e
-    return settings, flat
+    return settings, flat, counts
 
 
 def _unflatten(flat: dict, abstract, path: str):
