@@ -5,13 +5,16 @@
 
 JAX lowers its `threefry2x32` primitive on CPU to a rolled loop of 20 rounds of adds, rotations
 and xors. A decoding program draws a dozen times per iteration (Gumbels, uniforms, key splits
-and fold-ins), so each draw is a while loop with its own small fusions: measured on the
-decoding fixture's programs, about a quarter of their XLA compile time. `install_threefry`
+and fold-ins), so each draw is a while loop with its own small fusions. `install_threefry`
 registers, for the CPU platform only, a lowering that broadcasts the four operands to one shape
-and makes one FFI call. The hash is a fixed function of its inputs, so every key, every random
-number and every decoded token is bit-for-bit what JAX's own lowering gives
-(tests/test_threefry_kernel.py checks it against Random123's known answers and JAX's
-reference). Programs already compiled keep the lowering they were traced with.
+and makes one FFI call: the decoding fixture's programs compile 7-19 % faster (medians of 5
+alternating compiles), and a test file that samples millions of rows ran 91 -> 69 s. The hash
+is a fixed function of its inputs, so every key, every random number and every decoded token
+is bit-for-bit what JAX's own lowering gives (tests/test_threefry_kernel.py: Random123's known
+answers, an independent numpy hash, JAX's random functions; tests/test_decoding_fixture.py:
+outputs recorded with JAX's lowering). Programs already compiled keep the lowering they were
+traced with. Under a multi-device mesh the call is not partitioned (XLA's partitioner treats it
+as one op on whole arrays, as it does JAX's own GPU threefry kernel): same bits, less parallel.
 
 `specjax.configure_cpu()` calls it. Where the kernels are not built it changes nothing.
 """
