@@ -78,20 +78,13 @@ def test_random_operands_equal_the_numpy_hash(shapes):
         np.testing.assert_array_equal(np.asarray(g), w)
 
 
-def test_the_portable_hash_for_export_equals_the_numpy_hash():
-    rng = np.random.default_rng(5)
-    words = [rng.integers(0, 2**32, size=(257,), dtype=np.uint32) for _ in range(4)]
-    got = jax.jit(threefry._portable_threefry)(*words)
-    for g, w in zip(got, numpy_threefry(*words), strict=True):
-        np.testing.assert_array_equal(np.asarray(g), w)
-
-
 def test_jax_export_gets_plain_ops_and_the_same_numbers():
     """An exported artifact must load where specjax is not: no specjax custom call in it."""
     fn = jax.jit(lambda k: (jax.random.uniform(k, (1001,)), jax.random.split(k, 3)))
     key = jax.random.PRNGKey(7)
     exported = jax.export.export(fn)(key)  # raises on an unregistered custom call
     assert "specjax_threefry2x32" not in exported.mlir_module()
+    assert "stablehlo.while" in exported.mlir_module()  # JAX's own rolled loop of rounds
     assert "specjax_threefry2x32" in fn.lower(key).as_text()
     for a, b in zip(jax.tree.leaves(exported.call(key)), jax.tree.leaves(fn(key)), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -13,8 +13,8 @@ is a fixed function of its inputs, so every key, every random number and every d
 is bit-for-bit what JAX's own lowering gives (tests/test_threefry_kernel.py: Random123's known
 answers, an independent numpy hash, JAX's random functions; tests/test_decoding_fixture.py:
 outputs recorded with JAX's lowering). Programs already compiled keep the lowering they were
-traced with. `jax.export` (whose artifacts must load where specjax is not) gets the same hash
-as plain ops. Under a multi-device mesh the call is not partitioned (XLA's partitioner treats
+traced with. `jax.export` (whose artifacts must load where specjax is not) gets JAX's own
+lowering. Under a multi-device mesh the call is not partitioned (XLA's partitioner treats
 it as one op on whole arrays, as it does JAX's own GPU threefry kernel): same bits, less
 parallel.
 
@@ -55,30 +55,21 @@ def threefry2x32(key0, key1, x0, x1):
     return y0, y1
 
 
-def _portable_threefry(key0, key1, x0, x1):
-    """The same hash in jnp ops (for `jax.export`, which refuses unregistered custom calls)."""
-    keys = (key0, key1, key0 ^ key1 ^ jnp.uint32(0x1BD11BDA))
-    rotations = ((13, 15, 26, 6), (17, 29, 16, 24))
-    a, b = x0 + keys[0], x1 + keys[1]
-    for group in range(5):
-        for r in rotations[group % 2]:
-            a = a + b
-            b = (b << jnp.uint32(r)) | (b >> jnp.uint32(32 - r))
-            b = b ^ a
-        a = a + keys[(group + 1) % 3]
-        b = b + keys[(group + 2) % 3] + jnp.uint32(group + 1)
-    return a, b
-
-
 @functools.lru_cache(maxsize=1)
 def _rule():
+    """The kernel call, except under `jax.export`: JAX's own CPU lowering there (an exported
+    artifact must load where specjax is not, and export refuses unregistered custom calls).
+    None if this JAX keeps its lowering elsewhere."""
+    try:
+        from jax._src.random.threefry2x32 import _threefry2x32_cpu_lowering_rule as jax_rule
+    except ImportError:
+        return None
     kernel = mlir.lower_fun(threefry2x32, multiple_results=True)
-    portable = mlir.lower_fun(_portable_threefry, multiple_results=True)
 
     def rule(ctx, *args):
         params = getattr(ctx.module_context, "lowering_parameters", None)
         exporting = bool(getattr(params, "for_export", False))
-        return (portable if exporting else kernel)(ctx, *args)
+        return (jax_rule if exporting else kernel)(ctx, *args)
 
     return rule
 
@@ -94,12 +85,13 @@ def install_threefry() -> bool:
 
     Returns:
       Whether the kernel lowering is in effect (False where the kernels are not built:
-      `kernels.status()` says why).
+      `kernels.status()` says why; or where this JAX has moved its own lowering, which the
+      rule keeps for `jax.export`).
     """
     global _installed
     if _installed:
         return True
-    if _load() is not None:
+    if _load() is not None or _rule() is None:
         return False
     mlir.register_lowering(threefry2x32_p, _rule(), platform="cpu")
     _installed = True
