@@ -219,7 +219,7 @@ def load_head(workdir: str, target):
     against their checksums (a damaged newest checkpoint falls back to the one before).
     """
     if workdir.endswith(EXPORT_SUFFIX):
-        settings, flat, _ = _read_export(workdir)
+        settings, flat = _read_export(workdir)
         head = _head_of(settings, target, workdir)
         return head, _unflatten(
             flat, jax.eval_shape(head.init_params, jax.random.PRNGKey(0)), workdir
@@ -246,22 +246,31 @@ def _write_token_counts(workdir: str, counts: np.ndarray) -> None:
     os.replace(tmp, path)
 
 
+def _recorded_counts(workdir: str) -> np.ndarray | None:
+    """The token counts a run directory or an `export_head` file holds (only that array is
+    read), None where none were recorded; CheckpointError naming a damaged file."""
+    export = workdir.endswith(EXPORT_SUFFIX)
+    path = workdir if export else os.path.join(workdir, TOKEN_COUNTS)
+    if not os.path.exists(path):
+        if export:
+            raise FileNotFoundError(path)
+        return None
+    try:
+        if not export:
+            return np.load(path, allow_pickle=False)
+        with np.load(path, allow_pickle=False) as f:
+            return f[_COUNTS_KEY] if _COUNTS_KEY in f.files else None
+    except (OSError, ValueError) as e:
+        raise ckpt_lib.CheckpointError(f"token counts in {path} are damaged: {e}") from e
+
+
 def head_token_order(workdir: str) -> np.ndarray | None:
     """Token ids, most frequent in the head's training data first (ties by id), int64 [vocab],
     as the run recorded them (its directory, or an `export_head` file); None for a run that
     recorded none (trained before the counts were kept: `experiments.heads.data.token_order`
     reads them from the cached training data instead). The first N, sorted, are the columns a
     run with `ce_vocab=N` was trained over."""
-    if workdir.endswith(EXPORT_SUFFIX):
-        counts = _read_export(workdir)[2]
-    else:
-        path = os.path.join(workdir, TOKEN_COUNTS)
-        if not os.path.exists(path):
-            return None
-        try:
-            counts = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise ckpt_lib.CheckpointError(f"token counts {path} are damaged: {e}") from e
+    counts = _recorded_counts(workdir)
     return None if counts is None else rank_counts(counts)
 
 
@@ -337,9 +346,9 @@ def export_head(workdir: str, target, path: str) -> str:
     leaves = jax.tree_util.tree_flatten_with_path(params)[0]
     flat = {jax.tree_util.keystr(k): np.asarray(v) for k, v in leaves}
     flat[_SETTINGS_KEY] = np.asarray(json.dumps(settings))
-    counts_path = os.path.join(workdir, TOKEN_COUNTS)
-    if os.path.exists(counts_path):
-        flat[_COUNTS_KEY] = np.load(counts_path)
+    counts = _recorded_counts(workdir)
+    if counts is not None:
+        flat[_COUNTS_KEY] = counts
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + ".tmp.npz"
     np.savez(tmp, **flat)
@@ -347,19 +356,19 @@ def export_head(workdir: str, target, path: str) -> str:
     return path
 
 
-def _read_export(path: str) -> tuple[dict, dict, np.ndarray | None]:
-    """(settings, {leaf path: array}, token counts or None) of an `export_head` file;
-    CheckpointError if damaged."""
+def _read_export(path: str) -> tuple[dict, dict]:
+    """(settings, {leaf path: array}) of an `export_head` file (its token counts left out:
+    `_recorded_counts`); CheckpointError if damaged."""
     try:
         with np.load(path, allow_pickle=False) as f:
             flat = {k: f[k] for k in f.files}
         settings = json.loads(str(flat.pop(_SETTINGS_KEY)))
-        counts = flat.pop(_COUNTS_KEY, None)
+        flat.pop(_COUNTS_KEY, None)
     except OSError:
         raise
     except Exception as e:  # noqa: BLE001 - zip/CRC/JSON errors all mean a damaged file
         raise ckpt_lib.CheckpointError(f"head file {path} is damaged or not a head: {e}") from e
-    return settings, flat, counts
+    return settings, flat
 
 
 def _unflatten(flat: dict, abstract, path: str):
