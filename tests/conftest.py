@@ -45,6 +45,16 @@ test_block_accept_decoder 21 (26, 27); in them, and in test_medusa (85 s, 80, 12
 tests measured faster at level 1 carry the mark. Set `SPECJAX_TEST_OPT_LEVEL` (unmarked) or
 `SPECJAX_TEST_RUNTIME_OPT_LEVEL` (marked) to another level, or put the flag in XLA_FLAGS
 yourself, to override.
+
+XLA:CPU's fusion emitters: off in the session. XLA:CPU compiles each fusion of a program through
+an MLIR pipeline of its own (`ParallelFusionEmitter`); a perf profile of a decoder program's
+compile put a quarter of the process's samples there, much of it building MLIR contexts and
+pattern sets per fusion. `--xla_cpu_use_fusion_emitters=false` sends fusions to XLA's older
+LLVM IR emitter instead. Measured (2-core CPU, quiet, 2026-11-27): one EAGLE decoder's three
+programs 4.2 -> 2.7-3.2 s of compilation; tests/test_medusa.py + tests/test_acceptance_stats.py
+(-n 0, alternating, two runs each) 117 / 121 -> 108 / 99 s, the second file's programs at level
+1. The decoding fixture is bit-identical either way. Set `SPECJAX_TEST_FUSION_EMITTERS=1`, or
+put the flag in XLA_FLAGS yourself, to keep XLA's default.
 """
 
 import atexit
@@ -59,6 +69,7 @@ from specjax import pretrained
 
 _SESSION_KEY = "SPECJAX_TEST_SESSION_DIR"
 OPT_FLAG = "xla_backend_optimization_level"
+EMITTER_FLAG = "xla_cpu_use_fusion_emitters"  # off in the session (see the module doc)
 # For the `runtime_bound` files and tests (see the module doc).
 RUNTIME_OPT_LEVEL = int(os.environ.get("SPECJAX_TEST_RUNTIME_OPT_LEVEL", "1"))
 
@@ -82,7 +93,10 @@ def _session_caches() -> None:
     flags = os.environ.get("XLA_FLAGS", "")
     if OPT_FLAG not in flags:
         level = os.environ.get("SPECJAX_TEST_OPT_LEVEL", "0")
-        os.environ["XLA_FLAGS"] = f"{flags} --{OPT_FLAG}={level}".strip()
+        flags = f"{flags} --{OPT_FLAG}={level}"
+    if EMITTER_FLAG not in flags and os.environ.get("SPECJAX_TEST_FUSION_EMITTERS") != "1":
+        flags = f"{flags} --{EMITTER_FLAG}=false"
+    os.environ["XLA_FLAGS"] = flags.strip()
 
 
 _session_caches()  # before jax is imported: its config reads these variables once
