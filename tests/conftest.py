@@ -52,9 +52,13 @@ compile put a quarter of the process's samples there, much of it building MLIR c
 pattern sets per fusion. `--xla_cpu_use_fusion_emitters=false` sends fusions to XLA's older
 LLVM IR emitter instead. Measured (2-core CPU, quiet, 2026-11-27): one EAGLE decoder's three
 programs 4.2 -> 2.7-3.2 s of compilation; tests/test_medusa.py + tests/test_acceptance_stats.py
-(-n 0, alternating, two runs each) 117 / 121 -> 108 / 99 s, the second file's programs at level
-1. The decoding fixture is bit-identical either way. Set `SPECJAX_TEST_FUSION_EMITTERS=1`, or
-put the flag in XLA_FLAGS yourself, to keep XLA's default.
+(-n 0, alternating, two runs each, the emitters then off at level 1 too) 117 / 121 -> 108 /
+99 s. The decoding fixture is bit-identical either way. Runtime-bound programs (the marked files
+and tests) keep the fusion emitters, through the same per-compilation options as their level:
+with the older emitter one of them (in tests/test_adaptive_gamma_sampling.py) ran for minutes
+(over 4 alone, over 10 in a CI run) in a loop of memory copies, where the whole file takes
+under a minute. Set `SPECJAX_TEST_FUSION_EMITTERS=1`, or put the flag in XLA_FLAGS yourself, to keep
+XLA's default everywhere.
 """
 
 import atexit
@@ -69,7 +73,7 @@ from specjax import pretrained
 
 _SESSION_KEY = "SPECJAX_TEST_SESSION_DIR"
 OPT_FLAG = "xla_backend_optimization_level"
-EMITTER_FLAG = "xla_cpu_use_fusion_emitters"  # off in the session (see the module doc)
+EMITTER_FLAG = "xla_cpu_use_fusion_emitters"  # off for compile-bound programs (module doc)
 # For the `runtime_bound` files and tests (see the module doc).
 RUNTIME_OPT_LEVEL = int(os.environ.get("SPECJAX_TEST_RUNTIME_OPT_LEVEL", "1"))
 
@@ -100,6 +104,8 @@ def _session_caches() -> None:
 
 
 _session_caches()  # before jax is imported: its config reads these variables once
+# Set by the controller (or by hand) and inherited by workers and subprocesses.
+_EMITTERS_OFF = f"--{EMITTER_FLAG}=false" in os.environ.get("XLA_FLAGS", "")
 
 import jax  # noqa: E402
 
@@ -169,6 +175,8 @@ def _install_optimization_switch() -> None:
         *rest, compiler_options = args
         if _optimized["on"] and OPT_FLAG not in compiler_options:
             compiler_options = {**compiler_options, OPT_FLAG: RUNTIME_OPT_LEVEL}
+            if _EMITTERS_OFF:  # runtime-bound programs keep XLA's fusion emitters
+                compiler_options[EMITTER_FLAG] = True
         return original(computation, *rest, compiler_options)
 
     pxla.create_compile_options = create_compile_options
