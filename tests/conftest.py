@@ -57,7 +57,10 @@ programs 4.2 -> 2.7-3.2 s of compilation; tests/test_medusa.py + tests/test_acce
 and tests) keep the fusion emitters, through the same per-compilation options as their level:
 with the older emitter one of them (in tests/test_adaptive_gamma_sampling.py) ran for minutes
 (over 4 alone, over 10 in a CI run) in a loop of memory copies, where the whole file takes
-under a minute. Set `SPECJAX_TEST_FUSION_EMITTERS=1`, or put the flag in XLA_FLAGS yourself, to keep
+under a minute. At run time the older emitter is the slower one (SmolLM2-135M, packed layout,
+XLA's default level: AR step 27.2 -> 33.5 ms, T(16) 51.2 -> 68.4 ms; scripts/bench_real.py
+--parts=speed), so it is a test-session setting, and `specjax.configure_cpu()` leaves it alone.
+Set `SPECJAX_TEST_FUSION_EMITTERS=1`, or put the flag in XLA_FLAGS yourself, to keep
 XLA's default everywhere.
 """
 
