@@ -107,8 +107,6 @@ def _session_caches() -> None:
 
 
 _session_caches()  # before jax is imported: its config reads these variables once
-# Set by the controller (or by hand) and inherited by workers and subprocesses.
-_EMITTERS_OFF = f"--{EMITTER_FLAG}=false" in os.environ.get("XLA_FLAGS", "")
 
 import jax  # noqa: E402
 
@@ -177,9 +175,8 @@ def _install_optimization_switch() -> None:
     def create_compile_options(computation, *args):
         *rest, compiler_options = args
         if _optimized["on"] and OPT_FLAG not in compiler_options:
-            compiler_options = {**compiler_options, OPT_FLAG: RUNTIME_OPT_LEVEL}
-            if _EMITTERS_OFF:  # runtime-bound programs keep XLA's fusion emitters
-                compiler_options[EMITTER_FLAG] = True
+            # Runtime-bound programs also keep XLA's fusion emitters (its default).
+            compiler_options = {**compiler_options, OPT_FLAG: RUNTIME_OPT_LEVEL, EMITTER_FLAG: True}
         return original(computation, *rest, compiler_options)
 
     pxla.create_compile_options = create_compile_options
