@@ -48,7 +48,14 @@ flags.DEFINE_list("trees", [], "static trees each EAGLE head also drafts, like 2
 flags.DEFINE_list(
     "draft_vocabs",
     [],
-    "sizes N: each distilled draft also drafts over its training data's N most frequent tokens",
+    "sizes N: each distilled draft, and each EAGLE head with a larger reduced vocabulary, also "
+    "drafts over its training data's N most frequent tokens",
+)
+flags.DEFINE_string(
+    "vocab_order",
+    None,
+    "a trained draft whose training data ranks the tokens for --draft_vocabs (default: each "
+    "draft's own; for a head whose own data is neither recorded nor cached here)",
 )
 flags.DEFINE_bool(
     "exact_matmuls",
@@ -115,7 +122,7 @@ def main(argv):
             target, target_params, tokenizer, heads=FLAGS.heads, kinds=FLAGS.kinds,
             trees=[tuple(int(b) for b in t.split("-")) for t in FLAGS.trees],
             dynamic=[DynamicTree.parse(t.replace("-", ",")) for t in FLAGS.dynamic],
-            draft_vocabs=[int(n) for n in FLAGS.draft_vocabs],
+            draft_vocabs=[int(n) for n in FLAGS.draft_vocabs], vocab_order=FLAGS.vocab_order,
         )  # fmt: skip
     if "overhead" in FLAGS.parts:
         rows = speed.loop_overhead(

@@ -10,6 +10,8 @@
   reduced draft vocabulary (q = 0 on 3 of 5 tokens): 2^14 rows per prompt; false-failure rate:
   the kit's Bonferroni bound, k x 1e-6 with k = 2 prompts x (4 + 1) + 2 = 12 checks, 1.2e-5.
 * Greedy chain and tree decoding equal the autoregressive decoder token for token.
+* A head cut to fewer of its draft ids (`restricted`) has the trained logits at those ids,
+  exactly, and q = 0 at the others.
 * The tiny heads preset trains an EAGLE-3 head that accepts more than an untrained one; a run
   stopped after a checkpoint and restarted ends bit-identical to an uninterrupted one.
 """
@@ -124,6 +126,51 @@ def test_eagle3_chain_is_lossless():
     report = testing.check_decoder(dec, tp, hp, draws=1 << 14, prompts=((2,), (1, 4, 3)))
     print(report)
     assert report.passed
+
+
+def test_a_restricted_head_is_the_trained_head_on_fewer_columns():
+    """`restricted` keeps the trained output layer's logits at the kept ids, exactly, and
+    -inf (q = 0) at the cut ones, so q is the head's q conditioned on the kept ids."""
+    target, tp, head, hp = _head(draft_ids=(1, 3, 5, 8, 13, 21))
+    small, sp = head.restricted(hp, (3, 8, 21))
+    assert small.draft_ids == (3, 8, 21) and small.feature_layers == head.feature_layers
+    assert sp["lm_head"].shape == (head.embed_dim, 3)
+    feats = jax.random.normal(jax.random.PRNGKey(4), (2, 3, head.embed_dim))
+    full, cut = head.logits(tp, hp, feats), small.logits(tp, sp, feats)  # [2, 3, 23]
+    np.testing.assert_array_equal(cut[..., [3, 8, 21]], full[..., [3, 8, 21]])
+    assert bool(jnp.all(jnp.isneginf(cut[..., [1, 5, 13]])))  # cut from the head's vocabulary
+    q_full, q_cut = jax.nn.softmax(full), jax.nn.softmax(cut)
+    kept = q_full[..., [3, 8, 21]]
+    np.testing.assert_allclose(q_cut[..., [3, 8, 21]], kept / kept.sum(-1, keepdims=True),
+                               rtol=1e-6)  # fmt: skip
+    with pytest.raises(ValueError, match="ids: 1 of 2 token ids are not in the draft vocab"):
+        head.restricted(hp, (3, 4))
+    with pytest.raises(ValueError, match="ids must be sorted distinct"):
+        head.restricted(hp, (8, 3))
+    full_vocab = EagleHead(target, feature_layers=LAYERS)
+    with pytest.raises(ValueError, match="full vocabulary"):
+        full_vocab.restricted(hp, (3,))
+
+
+def test_draft_vocabs_cut_a_head_to_its_own_most_frequent_ids(monkeypatch):
+    """`build_drafts(draft_vocabs=...)` for a reduced-vocabulary head: the N of its own ids
+    that rank highest in the training data (tokens outside its vocabulary are skipped), and
+    no more tokens than it has."""
+    from experiments.common import real_drafts
+
+    target, tp, head, hp = _head(draft_ids=(1, 3, 5, 8, 13, 21))
+    ranking = np.array([21, 2, 8, 0, 3, 4, 13, 1, 5] + list(range(6, 23)))  # 21 > 2 > 8 ...
+
+    def frequent(workdir, vocab, size, name, ranked=False):
+        assert (workdir, vocab, ranked) == ("run", 23, True)
+        return ranking[:size]
+
+    monkeypatch.setattr(real_drafts, "_frequent_ids", frequent)
+    small, sp = real_drafts._restricted_head("run", head, hp, 3, 23)
+    assert small.draft_ids == (3, 8, 21)  # 2 and 0 rank higher but are not the head's
+    np.testing.assert_array_equal(sp["lm_head"], hp["lm_head"][:, [1, 3, 5]])
+    with pytest.raises(ValueError, match="draft_vocabs: the head drafts over 6 tokens"):
+        real_drafts._restricted_head("run", head, hp, 6, 23)
 
 
 @pytest.mark.parametrize("structure", ["chain", "tree"])

@@ -162,6 +162,7 @@ def build_drafts(
     dynamic=(),
     kinds=None,
     draft_vocabs=(),
+    vocab_order=None,
 ) -> dict:
     """name -> (draft, draft_params) for every training-free draft kind, plus trained heads.
 
@@ -181,7 +182,13 @@ def build_drafts(
       kinds: keep only drafts whose name starts with one of these (None: all).
       draft_vocabs: sizes N; each distilled draft also drafts over its training data's N most
         frequent tokens ("distilled K layers over N tokens (...)": `ReducedVocabLM`, its
-        output layer at those N columns only, q = 0 elsewhere).
+        output layer at those N columns only, q = 0 elsewhere), and so does each EAGLE head
+        with a reduced vocabulary of more than N tokens ("EAGLE-3 over N tokens (...)": its own
+        output layer cut to those columns, `EagleHead.restricted`).
+      vocab_order: a trained draft's workdir or exported file whose training data ranks the
+        tokens for `draft_vocabs` (None: each draft's own). For a head whose own data is
+        neither recorded nor cached here; an EAGLE head then keeps the N of its own ids that
+        rank highest there.
     """
     keep = lambda name: kinds is None or any(name.startswith(k) for k in kinds)  # noqa: E731
     vocab = model.vocab_size
@@ -210,7 +217,7 @@ def build_drafts(
             for size in draft_vocabs:
                 name = f"distilled {head.num_layers} layers over {size} tokens ({label})"
                 if keep(name):
-                    ids = _frequent_ids(workdir, vocab, size, "draft_vocabs")
+                    ids = _frequent_ids(vocab_order or workdir, vocab, size, "draft_vocabs")
                     drafts[name] = head.decode_model(head_params, params, draft_ids=ids)
             continue
         eagle = isinstance(head, EagleHead)
@@ -227,14 +234,41 @@ def build_drafts(
         for name, tree in named.items():
             if keep(name):
                 drafts[name] = (head, head_params) if tree is None else (head, head_params, tree)
+        if eagle and head.draft_ids is not None:
+            for size in draft_vocabs:
+                name = f"{kind} over {size} tokens ({label})"
+                if keep(name):
+                    source = vocab_order or workdir
+                    drafts[name] = _restricted_head(source, head, head_params, size, vocab)
     return drafts
 
 
-def _frequent_ids(workdir: str, vocab_size: int, size: int, name: str) -> np.ndarray:
+def _restricted_head(order_from, head, head_params, size: int, vocab: int) -> tuple:
+    """A reduced-vocabulary EAGLE head cut to the `size` of its own draft ids that are most
+    frequent in `order_from`'s training data (`EagleHead.restricted`; with the head's own data,
+    its training data's `size` most frequent tokens). ValueError naming draft_vocabs unless
+    `size` is below the head's own vocabulary (more tokens need a head trained with that
+    `draft_vocab`)."""
+    have = len(head.draft_ids)
+    if size >= have:
+        raise ValueError(
+            f"draft_vocabs: the head drafts over {have} tokens, so it can be cut to fewer, not "
+            f"to {size} (train a head with configs/heads.py draft_vocab={size})"
+        )
+    ranked = _frequent_ids(order_from, vocab, vocab, "draft_vocabs", ranked=True)
+    own = np.zeros(vocab, bool)
+    own[list(head.draft_ids)] = True
+    ids = np.sort(ranked[own[ranked]][:size])
+    return head.restricted(head_params, ids)
+
+
+def _frequent_ids(
+    workdir: str, vocab_size: int, size: int, name: str, ranked: bool = False
+) -> np.ndarray:
     """The `size` most frequent tokens of a trained draft's training data, sorted: from the
     counts its run recorded (`head_token_order`), else from the cached training data
     (`experiments.heads.data.token_order`, a run from before the counts were recorded).
-    ValueError naming `name` unless 1 <= size <= vocab."""
+    ValueError naming `name` unless 1 <= size <= vocab. `ranked`: most frequent first, unsorted."""
     from experiments.heads.data import token_order
     from specjax.training.head_run import head_settings, head_token_order
 
@@ -249,7 +283,7 @@ def _frequent_ids(workdir: str, vocab_size: int, size: int, name: str) -> np.nda
         raise ValueError(
             f"{name}: {workdir} recorded counts of {len(order)} tokens; the target has {vocab_size}"
         )
-    return np.sort(order[:size])
+    return order[:size] if ranked else np.sort(order[:size])
 
 
 def draft_gamma(draft, gamma: int) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def check_draft_ids(ids, vocab_size: int) -> tuple:
@@ -32,3 +33,23 @@ def full_rows(sub: jax.Array, ids, vocab_size: int) -> jax.Array:
     """float32 [..., vocab] logits: `sub` [..., N] at `ids`, -inf elsewhere (q = 0 there)."""
     full = jnp.full(sub.shape[:-1] + (vocab_size,), -jnp.inf, jnp.float32)
     return full.at[..., jnp.asarray(ids)].set(sub.astype(jnp.float32))
+
+
+def column_subset(draft_ids, ids, name: str = "ids") -> np.ndarray:
+    """Positions in `draft_ids` of the sorted token ids `ids` (a subset of them): int [N'].
+
+    For cutting a trained reduced-vocabulary output layer [embed, N] down to N' <= N of its
+    columns (e.g. the N' most frequent of its N tokens). ValueError naming `name` unless `ids`
+    are sorted, distinct and all among `draft_ids`.
+    """
+    ids = tuple(int(i) for i in ids)
+    if not ids or list(ids) != sorted(set(ids)):
+        raise ValueError(f"{name} must be sorted distinct token ids; got {ids[:5]}...")
+    where = {t: i for i, t in enumerate(draft_ids)}
+    missing = [t for t in ids if t not in where]
+    if missing:
+        raise ValueError(
+            f"{name}: {len(missing)} of {len(ids)} token ids are not in the draft vocabulary "
+            f"({len(draft_ids)} ids), e.g. {missing[:5]}"
+        )
+    return np.asarray([where[t] for t in ids], np.int32)

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 
 from specjax import checks
 from specjax.models.config import TransformerConfig
-from specjax.models.draft_vocab import check_draft_ids, full_rows, target_columns
+from specjax.models.draft_vocab import check_draft_ids, column_subset, full_rows, target_columns
 from specjax.models.interface import causal_mask, chain_positions, init_params
 from specjax.models.kv_cache import KVCache, init_kv_cache
 from specjax.models.transformer import Block
@@ -180,6 +180,18 @@ class EagleHead:
         if self.draft_ids is None:
             return params
         return dict(params, lm_head=target_columns(self.target, target_params, self.draft_ids))
+
+    def restricted(self, params, ids) -> tuple:
+        """(head, params) drafting over `ids` only, a subset of `draft_ids`: the same trained
+        head with its output layer cut to those columns (q renormalized over them, 0 elsewhere).
+
+        For sweeping the draft vocabulary of one trained head (e.g. its N' most frequent of N
+        tokens). ValueError unless the head has `draft_ids` and `ids` are among them."""
+        if self.draft_ids is None:
+            raise ValueError("restricted: this head drafts over the full vocabulary (no draft_ids)")
+        cols = column_subset(self.draft_ids, ids)
+        head = dataclasses.replace(self, draft_ids=tuple(int(i) for i in ids))
+        return head, dict(params, lm_head=jnp.asarray(params["lm_head"])[:, cols])
 
     def fuse_features(self, params, features) -> jax.Array:
         """The head's input from true target features: [..., feature_dim] -> [..., embed]
