@@ -189,8 +189,8 @@ class EagleHead:
         tokens). ValueError unless the head has `draft_ids` and `ids` are among them."""
         if self.draft_ids is None:
             raise ValueError("restricted: this head drafts over the full vocabulary (no draft_ids)")
-        cols = column_subset(self.draft_ids, ids)
-        head = dataclasses.replace(self, draft_ids=tuple(int(i) for i in ids))
+        head = dataclasses.replace(self, draft_ids=ids)  # checked as any draft_ids are
+        cols = column_subset(self.draft_ids, head.draft_ids)
         return head, dict(params, lm_head=jnp.asarray(params["lm_head"])[:, cols])
 
     def fuse_features(self, params, features) -> jax.Array:
