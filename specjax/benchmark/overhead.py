@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.benchmark.costs import _repeat_calls, _repeat_steps, prefilled_state
+from specjax.benchmark.costs import call_runner, iteration_runner
 from specjax.benchmark.timing import (
     coefficient_of_variation,
     interleaved,
@@ -157,24 +157,17 @@ def overhead_breakdown(
     params = loop.check_decoder_params(decoder, tuple(params))
     s = loop.init_jit(decoder, params, tokens, lengths, jax.random.PRNGKey(0), budget, -1)
     context = min(context, cache_len - gamma - 1)  # the verification must fit behind it
-    t_state = prefilled_state(decoder.target, target_params, batch, context, cache_len)
-
-    def calls_of(model, model_params, state, k):
-        toks = jnp.zeros((batch, k), jnp.int32)
-        return lambda: _repeat_calls(model, model_params, state, toks, steps)
-
+    # Each timed loop owns its state (donated to every run: `costs.call_runner`).
+    shape = dict(batch=batch, context=context, cache_len=cache_len, steps=steps)
     ar = AutoregressiveDecoder(decoder.target, decoder.warper, cache_len=cache_len)
-    ar_tokens, ar_lengths = loop.prepare(ar, prompts, 1)
-    s_ar = loop.init_jit(ar, (target_params,), ar_tokens, ar_lengths, jax.random.PRNGKey(0), 1, -1)
     calls = {
-        "iteration": lambda: _repeat_steps(decoder, params, s, steps),
-        "ar_iteration": lambda: _repeat_steps(ar, (target_params,), s_ar, steps),
-        "t_target_1": calls_of(decoder.target, target_params, t_state, 1),
-        "t_verify": calls_of(decoder.target, target_params, t_state, gamma + 1),
+        "iteration": iteration_runner(decoder, params, prompts, steps=steps),
+        "ar_iteration": iteration_runner(ar, (target_params,), prompts, steps=steps),
+        "t_target_1": call_runner(decoder.target, target_params, 1, **shape),
+        "t_verify": call_runner(decoder.target, target_params, gamma + 1, **shape),
     }
     if model_draft:
-        d_state = prefilled_state(draft, draft_params, batch, context, cache_len)
-        calls["t_draft"] = calls_of(draft, draft_params, d_state, 1)
+        calls["t_draft"] = call_runner(draft, draft_params, 1, **shape)
     timed = interleaved(calls, repeats=repeats, clock=clock)
     per = {n: np.asarray(t.samples) / steps for n, t in timed.items()}  # [repeats] each
     t_draft = per.get("t_draft", np.zeros(repeats))
