@@ -43,13 +43,17 @@ constexpr int kPanel = 8;  // output columns per panel
 // computes, so the memory stays busy through the passes that re-read a group from the cache.
 template <int R, int C>
 void panel_block(const float* x, int64_t K, const float* w, float* y, int64_t ldy,
-                 const float* next) {
+                 const float* next, int64_t phase, int64_t passes) {
   v8 acc[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = v8{};
+  // One 64-byte line holds two k steps; this pass prefetches every `passes`-th line of the
+  // next group, from line `phase` on, so the passes over a group share its prefetches.
+  int64_t fetch = next != nullptr ? 2 * phase : K;
   for (int64_t k = 0; k < K; ++k) {
-    if (next != nullptr && (k & 1) == 0) {  // one 64-byte line holds two k steps
+    if (k == fetch) {
       for (int c = 0; c < C; ++c) __builtin_prefetch(next + c * K * kPanel + k * kPanel);
+      fetch += 2 * passes;
     }
     v8 wk[C];
     for (int c = 0; c < C; ++c) {
@@ -67,7 +71,8 @@ void panel_block(const float* x, int64_t K, const float* w, float* y, int64_t ld
     for (int c = 0; c < C; ++c) store8(y + r * ldy + c * kPanel, acc[r][c]);
 }
 
-typedef void (*BlockFn)(const float*, int64_t, const float*, float*, int64_t, const float*);
+typedef void (*BlockFn)(const float*, int64_t, const float*, float*, int64_t, const float*,
+                        int64_t, int64_t);
 
 constexpr int kMaxRows = 6;  // token rows per pass over a panel group
 
@@ -107,12 +112,12 @@ void packed_panels(const float* x, const float* w, float* y, int64_t M, int64_t 
   const int group = panels_for_rows(M);
   auto sweep = [&](int64_t p, int panels) {
     const float* wp = w + p * K * kPanel;
-    // The next group, prefetched during the last pass (nullptr past this thread's range).
+    // The next group, prefetched a share per pass (nullptr past this thread's range): the
+    // memory stays busy while a pass re-reads this group from the cache.
     const float* next = p + 2 * panels <= p1 ? wp + panels * K * kPanel : nullptr;
     for (int64_t q = 0, m = 0; q < passes; ++q) {
       const int64_t rows = (M - m) / (passes - q);
-      block_fn(rows, panels)(x + m * K, K, wp, y + m * N + p * kPanel, N,
-                             q + 1 == passes ? next : nullptr);
+      block_fn(rows, panels)(x + m * K, K, wp, y + m * N + p * kPanel, N, next, q, passes);
       m += rows;
     }
   };
