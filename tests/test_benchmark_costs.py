@@ -106,13 +106,18 @@ def test_costs_name_params_of_the_wrong_model():
 
 
 def test_timed_loops_update_their_state_in_place():
-    """The runners donate their state to each timed run, so the compiled loop takes no copy of
-    the KV caches (a per-run copy inflated T(k) by ~7 ms on the real target); the non-donating
-    version copies every one (the count can fail), and the runner repeats the same calls."""
+    """The runners donate their state to each timed run, so the compiled loops take no copy of
+    the KV caches (a per-run copy added 3-5 ms to each T(k) of the real target at 4 calls per
+    run); the non-donating version copies every one (the count can fail), and the runner
+    repeats the same calls."""
     from decoding_setup import TARGET
 
+    import specjax
     from specjax.benchmark.hlo import count_cache_copies
 
+    # Without XLA:CPU's copy-insertion flag (conftest.py sets it) every program copies the
+    # caches inside its loop, donated or not.
+    assert specjax.configure_cpu(), "the XLA:CPU copy-insertion flag is off (tests/conftest.py)"
     params = target_params()
     tokens = jax.numpy.zeros((1, 3), jax.numpy.int32)
     state = costs.prefilled_state(TARGET, params, 1, 8, 32)
@@ -120,6 +125,12 @@ def test_timed_loops_update_their_state_in_place():
     lower = lambda f: f.lower(TARGET, params, state, tokens, 2).compile().as_text()  # noqa: E731
     assert count_cache_copies(lower(costs._repeat_calls), cache_shape) >= 2 * len(state.keys)
     assert count_cache_copies(lower(costs._repeat_calls_donated), cache_shape) == 0
+    ar = ar_decoder(SAMPLING)
+    start = _start(ar, (params,), [PROMPTS[0]])
+    ar_cache = [x.shape for x in jax.tree.leaves(start.model_states) if x.ndim == 4][0]
+    steps_hlo = lambda f: f.lower(ar, (params,), start, 2).compile().as_text()  # noqa: E731
+    assert count_cache_copies(steps_hlo(costs._repeat_steps), ar_cache) >= len(state.keys)
+    assert count_cache_copies(steps_hlo(costs._repeat_steps_donated), ar_cache) == 0
     expected, _ = costs._repeat_calls(TARGET, params, state, tokens, 2)
     run = costs.call_runner(TARGET, params, 3, context=8, cache_len=32, steps=2)
     for _ in range(3):  # each run donates the state the last one returned

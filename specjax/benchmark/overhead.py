@@ -54,6 +54,13 @@ def piece_cost(piece, args, *, steps: int = 64, repeats: int = 5, clock=time.per
     return t.median / steps
 
 
+def _start(decoder, params: tuple, prompts) -> loop.LoopState:
+    """The decoder's state after prefilling `prompts` (what the pieces are timed from)."""
+    budget = decoder.tokens_per_step
+    tokens, lengths = loop.prepare(decoder, prompts, budget)
+    return loop.init_jit(decoder, params, tokens, lengths, jax.random.PRNGKey(0), budget, -1)
+
+
 def _pieces(decoder, s: loop.LoopState, model_draft: bool) -> dict:
     """name -> (piece, args, times per iteration) at the decoder's shapes."""
     batch = s.seq.tokens.shape[0]
@@ -152,10 +159,7 @@ def overhead_breakdown(
     gamma, batch, cache_len = decoder.gamma, len(prompts), decoder.cache_len
     draft = decoder.drafter.model
     model_draft = hasattr(draft, "apply") and draft is not decoder.drafter
-    budget = decoder.tokens_per_step
-    tokens, lengths = loop.prepare(decoder, prompts, budget)
     params = loop.check_decoder_params(decoder, tuple(params))
-    s = loop.init_jit(decoder, params, tokens, lengths, jax.random.PRNGKey(0), budget, -1)
     context = min(context, cache_len - gamma - 1)  # the verification must fit behind it
     # Each timed loop owns its state (donated to every run: `costs.call_runner`).
     shape = dict(batch=batch, context=context, cache_len=cache_len, steps=steps)
@@ -177,7 +181,9 @@ def overhead_breakdown(
     if pieces:
         parts = {
             name: times * piece_cost(piece, args, repeats=repeats, clock=clock)
-            for name, (piece, args, times) in _pieces(decoder, s, model_draft).items()
+            for name, (piece, args, times) in _pieces(
+                decoder, _start(decoder, params, prompts), model_draft
+            ).items()
         }
     share = ovh / per["t_target_1"]  # [repeats]
     return {
