@@ -9,17 +9,11 @@ from specjax.benchmark import costs
 from specjax.decoding import loop
 
 
-def _start(decoder, params, prompts):
-    budget = decoder.tokens_per_step
-    tokens, lengths = loop.prepare(decoder, prompts, budget)
-    return loop.init_jit(decoder, params, tokens, lengths, jax.random.PRNGKey(0), budget, -1)
-
-
 def test_repeated_iterations_restart_from_the_same_position():
     draft, dparams = drafts()["noisy_self"]
     spec = spec_decoder(draft, SAMPLING)
     params = (target_params(), dparams)
-    start = _start(spec, params, [PROMPTS[0]])
+    start = costs.loop_start(spec, params, [PROMPTS[0]])
     # One repeated step is exactly one decoding step.
     tokens, emitted = costs._repeat_steps(spec, params, start, 1)
     once = loop.step_jit(spec, params, start)
@@ -39,7 +33,7 @@ def test_iteration_cost_times_both_decoders():
     timing = costs.iteration_cost(ar, (target_params(),), [PROMPTS[0]], steps=4, repeats=2)
     assert timing.median > 0 and len(timing.samples) == 2
     _, emitted = costs._repeat_steps(
-        ar, (target_params(),), _start(ar, (target_params(),), [PROMPTS[0]]), 7
+        ar, (target_params(),), costs.loop_start(ar, (target_params(),), [PROMPTS[0]]), 7
     )
     assert int(emitted[0]) == 7  # autoregressive: one token per iteration
 
@@ -126,7 +120,7 @@ def test_timed_loops_update_their_state_in_place():
     assert count_cache_copies(lower(costs._repeat_calls), cache_shape) >= 2 * len(state.keys)
     assert count_cache_copies(lower(costs._repeat_calls_donated), cache_shape) == 0
     ar = ar_decoder(SAMPLING)
-    start = _start(ar, (params,), [PROMPTS[0]])
+    start = costs.loop_start(ar, (params,), [PROMPTS[0]])
     ar_cache = [x.shape for x in jax.tree.leaves(start.model_states) if x.ndim == 4][0]
     steps_hlo = lambda f: f.lower(ar, (params,), start, 2).compile().as_text()  # noqa: E731
     assert count_cache_copies(steps_hlo(costs._repeat_steps), ar_cache) >= len(state.keys)

@@ -189,10 +189,8 @@ def tree_call_cost(
             f"need 1 <= context and context + num_nodes <= cache_len; got num_nodes={n}, "
             f"context={context}, cache_len={cache_len}"
         )
-    state = prefilled_state(model, params, batch, context, cache_len)
-    tokens = jnp.zeros((batch, n), jnp.int32)
-    run = _donating_runner(
-        lambda s: _repeat_calls_donated(model, params, s, tokens, steps, tree), state
+    run = call_runner(
+        model, params, n, batch=batch, context=context, cache_len=cache_len, steps=steps, tree=tree
     )
     t = time_call(run, repeats=repeats)
     return Timing(t.median / steps, tuple(s / steps for s in t.samples))
@@ -279,12 +277,17 @@ def iteration_runner(decoder, params: tuple, prompts, *, steps: int = 32):
     step counter (the keys) and the statistics carry on across runs: a run returns the tokens
     emitted per row since the runner was made.
     """
-    params = tuple(params)
-    budget = decoder.tokens_per_step  # one iteration's tokens fit: nothing truncates
-    tokens, lengths = loop.prepare(decoder, prompts, budget)
-    params = loop.check_decoder_params(decoder, params)
-    state = loop.init_jit(decoder, params, tokens, lengths, jax.random.PRNGKey(0), budget, -1)
+    params = loop.check_decoder_params(decoder, tuple(params))
+    state = loop_start(decoder, params, prompts)
     return _donating_runner(lambda s: _repeat_steps_donated(decoder, params, s, steps), state)
+
+
+def loop_start(decoder, params: tuple, prompts) -> loop.LoopState:
+    """The decoder's loop state after prefilling `prompts`, with room for one iteration's
+    tokens (nothing truncates): where `iteration_runner` and the overhead pieces start."""
+    budget = decoder.tokens_per_step
+    tokens, lengths = loop.prepare(decoder, prompts, budget)
+    return loop.init_jit(decoder, params, tokens, lengths, jax.random.PRNGKey(0), budget, -1)
 
 
 def iteration_cost(decoder, params: tuple, prompts, *, steps: int = 32, repeats: int = 5) -> Timing:

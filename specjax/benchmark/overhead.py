@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.benchmark.costs import call_runner, iteration_runner
+from specjax.benchmark.costs import call_runner, iteration_runner, loop_start
 from specjax.benchmark.timing import (
     coefficient_of_variation,
     interleaved,
@@ -52,13 +52,6 @@ def piece_cost(piece, args, *, steps: int = 64, repeats: int = 5, clock=time.per
     """
     t = time_call(lambda: _repeat_piece(piece, args, steps), repeats=repeats, clock=clock)
     return t.median / steps
-
-
-def _start(decoder, params: tuple, prompts) -> loop.LoopState:
-    """The decoder's state after prefilling `prompts` (what the pieces are timed from)."""
-    budget = decoder.tokens_per_step
-    tokens, lengths = loop.prepare(decoder, prompts, budget)
-    return loop.init_jit(decoder, params, tokens, lengths, jax.random.PRNGKey(0), budget, -1)
 
 
 def _pieces(decoder, s: loop.LoopState, model_draft: bool) -> dict:
@@ -182,7 +175,7 @@ def overhead_breakdown(
         parts = {
             name: times * piece_cost(piece, args, repeats=repeats, clock=clock)
             for name, (piece, args, times) in _pieces(
-                decoder, _start(decoder, params, prompts), model_draft
+                decoder, loop_start(decoder, params, prompts), model_draft
             ).items()
         }
     share = ovh / per["t_target_1"]  # [repeats]
