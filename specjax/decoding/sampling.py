@@ -139,6 +139,12 @@ class Warper:
         """True when sampling is deterministic (argmax)."""
         return any(isinstance(w, Greedy) for w in self.warpers)
 
+    @property
+    def ends_greedy(self) -> bool:
+        """True when `Greedy` is the last warper: `probs` is then the one-hot of an argmax, and
+        `greedy_tokens` reads that token off the logits (`make_warper(0)` is such a chain)."""
+        return bool(self.warpers) and isinstance(self.warpers[-1], Greedy)
+
     def logits(self, logits: jax.Array) -> jax.Array:
         """Warped logits in float32, excluded tokens at -inf.
 
@@ -168,6 +174,43 @@ class Warper:
             return (warped > _NEG_INF).astype(jnp.float32)
         return jax.nn.softmax(warped, axis=-1)
 
+    def greedy_tokens(self, logits: jax.Array) -> jax.Array:
+        """A greedy warper's draw without the one-hot: what `sample` returns, for any key.
+
+        The index `probs` puts its mass on (the warpers before `Greedy` applied, then the first
+        argmax), or 0 where that row has no mass (every logit -inf; `sample_from_probs` of an
+        all-zero row), read off the logits without building the [..., vocab] one-hot or
+        drawing the Gumbels a draw from it costs.
+
+        Args:
+          logits: [..., vocab] any float dtype.
+
+        Returns:
+          [...] int32 token ids.
+        """
+        if not self.ends_greedy:
+            raise ValueError(
+                f"greedy_tokens needs a warper ending in Greedy (temperature 0), got {self!r}"
+            )
+        out = logits.astype(jnp.float32)
+        for w in self.warpers[:-1]:
+            out = w(out)
+        best = first_argmax(out, axis=-1)  # [...]
+        value = jnp.take_along_axis(out, best[..., None], axis=-1)[..., 0]
+        # Greedy's one-hot is (logit > -inf) at best: all zero for -inf (and NaN) there.
+        return jnp.where(value > _NEG_INF, best, 0)
+
+    def draw(self, key: jax.Array, logits: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """(`sample(key, logits)`, `probs(logits)`): a token and the law it was drawn from.
+
+        A greedy warper returns the argmax without drawing from the one-hot (`greedy_tokens`:
+        the same token), so a caller that does not use the probabilities pays only the argmax.
+        """
+        probs = self.probs(logits)
+        if self.ends_greedy:
+            return self.greedy_tokens(logits), probs
+        return sample_from_probs(key, probs), probs
+
     def sample(self, key: jax.Array, logits: jax.Array) -> jax.Array:
         """Draws token ids from `probs(logits)`.
 
@@ -178,7 +221,7 @@ class Warper:
         Returns:
           [...] int32 token ids.
         """
-        return sample_from_probs(key, self.probs(logits))
+        return self.draw(key, logits)[0]
 
 
 def make_warper(temperature: float = 1.0, top_k: int | None = None, top_p: float = 1.0) -> Warper:

@@ -14,9 +14,10 @@ import jax
 import jax.numpy as jnp
 
 from specjax.decoding import loop
+from specjax.decoding.argmax import has_nan
 from specjax.decoding.loop import LoopState
 from specjax.decoding.prefill import prefill
-from specjax.decoding.sampling import Warper, sample_from_probs
+from specjax.decoding.sampling import Warper
 from specjax.decoding.state import emit, last_tokens
 
 
@@ -75,14 +76,13 @@ class AutoregressiveDecoder:
         logits, model_state = self.model.apply(
             model_params, model_state, pending, active.astype(jnp.int32)
         )  # logits [batch, 1, vocab]
-        probs = self.warper.probs(logits[:, 0])  # [batch, vocab]
-        token = sample_from_probs(jax.random.fold_in(s.key, s.step), probs)  # [batch]
+        token = self.warper.sample(jax.random.fold_in(s.key, s.step), logits[:, 0])  # [batch]
         seq, count = emit(s.seq, token[:, None], jnp.ones_like(token), s.eos_id, s.max_new_tokens)
         stats = s.stats.replace(
             target_calls=s.stats.target_calls + 1,
             emitted=s.stats.emitted + count,
             iterations=s.stats.iterations + active.astype(jnp.int32),
-            nan_rows=s.stats.nan_rows | (active & jnp.isnan(logits).any(axis=(1, 2))),
+            nan_rows=s.stats.nan_rows | (active & has_nan(logits, axis=(1, 2))),
         )
         return s.replace(step=s.step + 1, seq=seq, model_states=(model_state,), stats=stats)
 

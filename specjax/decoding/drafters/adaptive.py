@@ -34,7 +34,7 @@ from flax import struct
 from specjax.decoding.drafters.base import Proposal, Verdict
 from specjax.decoding.drafters.gamma_policy import GammaPolicy, check_gamma_max
 from specjax.decoding.drafters.model import ModelDrafter
-from specjax.decoding.sampling import Warper, sample_from_probs
+from specjax.decoding.sampling import Warper
 from specjax.decoding.state import Sequences
 from specjax.models.interface import per_row_axes, state_logical_axes
 
@@ -156,8 +156,7 @@ class AdaptiveDrafter:
             logits, m_state = self.model.apply(
                 params, m_state, token[:, None], drafting.astype(jnp.int32)
             )
-            q = self.warper.probs(logits[:, 0])  # [batch, vocab]
-            nxt = sample_from_probs(jax.random.fold_in(key, k), q)  # [batch]
+            nxt, q = self.warper.draw(jax.random.fold_in(key, k), logits[:, 0])  # [b], [b, vocab]
             tokens = tokens.at[:, k].set(jnp.where(drafting, nxt, 0))
             probs = probs.at[:, k].set(jnp.where(drafting[:, None], q, 0.0))
             count = count + drafting.astype(jnp.int32)

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from specjax.decoding.drafters.base import Proposal, Verdict
-from specjax.decoding.sampling import Warper, sample_from_probs
+from specjax.decoding.sampling import Warper
 from specjax.decoding.state import Sequences
 from specjax.models.kv_cache import KVCache, rollback, write_rows
 
@@ -109,8 +109,7 @@ class EagleDrafter:
 
     def _draw(self, params, feature, key):
         """(token [batch], q [batch, vocab]) from the head's predicted feature [batch, embed]."""
-        q = self.warper.probs(self.head.logits(*params, feature))
-        return sample_from_probs(key, q), q
+        return self.warper.draw(key, self.head.logits(*params, feature))
 
     def catch_up(self, params, state: EagleState, seq: Sequences, width: int):
         """Feeds the true pairs the head has not seen (at most `width`, static).

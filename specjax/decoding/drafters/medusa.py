@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from specjax.decoding.drafters.base import Proposal, Verdict
-from specjax.decoding.sampling import Warper, sample_from_probs
+from specjax.decoding.sampling import Warper
 from specjax.decoding.state import Sequences
 
 
@@ -79,7 +79,8 @@ class MedusaDrafter:
         logits = self.heads.logits(target_params, head_params, state.last)[:, :gamma]
         q = self.warper.probs(logits)  # [batch, gamma, vocab]
         tokens = jnp.stack(
-            [sample_from_probs(jax.random.fold_in(key, i), q[:, i]) for i in range(gamma)], axis=1
+            [self.warper.draw(jax.random.fold_in(key, i), logits[:, i])[0] for i in range(gamma)],
+            axis=1,
         )  # [batch, gamma]
         return Proposal(tokens, q, None, state, calls=1)
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from specjax.decoding.drafters.base import Proposal, Verdict
 from specjax.decoding.prefill import prefill
-from specjax.decoding.sampling import Warper, sample_from_probs
+from specjax.decoding.sampling import Warper
 from specjax.decoding.state import Sequences, last_tokens
 from specjax.models.kv_cache import rollback
 
@@ -64,8 +64,7 @@ class ModelDrafter:
         logits, state = self.model.apply(params, state, pending, num_pending)
         last = jnp.maximum(num_pending - 1, 0)[:, None, None]  # [batch, 1, 1]
         logits0 = jnp.take_along_axis(logits, last, axis=1)[:, 0]  # [batch, vocab]
-        q0 = self.warper.probs(logits0)  # [batch, vocab]
-        x0 = sample_from_probs(jax.random.fold_in(key, 0), q0)  # [batch]
+        x0, q0 = self.warper.draw(jax.random.fold_in(key, 0), logits0)  # [batch], [batch, vocab]
         return state, x0, q0, logits0
 
     def propose(self, params, state, seq: Sequences, key, gamma: int) -> Proposal:
@@ -76,8 +75,7 @@ class ModelDrafter:
         def one_step(carry, i):
             state, token = carry
             logits, state = self.model.apply(params, state, token[:, None], active)
-            q = self.warper.probs(logits[:, 0])  # [batch, vocab]
-            nxt = sample_from_probs(jax.random.fold_in(key, i), q)
+            nxt, q = self.warper.draw(jax.random.fold_in(key, i), logits[:, 0])  # [b], [b, vocab]
             return (state, nxt), (nxt, q)
 
         unroll = self.unroll
@@ -88,6 +86,11 @@ class ModelDrafter:
         )  # xs [gamma - 1, batch], qs [gamma - 1, batch, vocab]
         tokens = jnp.concatenate([x0[:, None], xs.T], axis=1)  # [batch, gamma]
         probs = jnp.concatenate([q0[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)
+        if self.warper.ends_greedy:
+            # q is the point mass on each drafted token: say so (probs None), and XLA drops the
+            # one-hot rows (a rule builds them if it needs them; the NaN scan skips them, as a
+            # one-hot never holds NaN).
+            probs = None
         return Proposal(tokens, probs, None, state, calls=gamma)
 
     def commit(self, state, verdict: Verdict):

@@ -30,7 +30,7 @@ import numpy as np
 
 from specjax.decoding.drafters.base import Proposal, Verdict
 from specjax.decoding.prefill import prefill
-from specjax.decoding.sampling import Warper, sample_from_probs
+from specjax.decoding.sampling import Warper
 from specjax.decoding.state import Sequences, last_tokens
 from specjax.decoding.trees.topology import TokenTree, draw_children, tree_inputs
 from specjax.models.kv_cache import rollback
@@ -93,9 +93,10 @@ class TreeDrafter:
         """Children of every node of a level: tokens [batch, n, num], q [batch, n, vocab]."""
         if self.deterministic:
             return jax.lax.top_k(logits, num)[1].astype(jnp.int32), None
-        q = self.warper.probs(logits)
         if num == 1:  # one child: a plain draw (the same key use as ModelDrafter's)
-            return sample_from_probs(key, q)[..., None], q
+            token, q = self.warper.draw(key, logits)
+            return token[..., None], q
+        q = self.warper.probs(logits)
         return draw_children(key, q, num, replacement=self.replacement), q
 
     def propose(self, params, state, seq: Sequences, key, gamma: int) -> Proposal:
