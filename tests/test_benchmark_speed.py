@@ -65,8 +65,20 @@ def test_overhead_breakdown_is_the_iteration_minus_its_model_calls():
     assert b["ovh"] == pytest.approx(b["iteration"] - b["calls"])  # one round: no median
     assert b["ovh_share"] == pytest.approx(b["ovh"] / b["t_target_1"])
     assert b["t_draft"] > 0 and b["ar_ratio"] == pytest.approx(b["ar_iteration"] / b["t_target_1"])
-    expected = {"target warp (γ+1 rows)", "acceptance rule", "draft sample (per step)"}
+    expected = {"target warp (γ+1 rows)", "acceptance rule", "draft draw (per step)"}
     assert expected <= set(b["pieces"]) and all(v > 0 for v in b["pieces"].values())
+
+
+def test_a_greedy_decoders_pieces_are_its_point_mass_path():
+    from specjax.benchmark.costs import loop_start
+    from specjax.benchmark.overhead import _pieces
+
+    draft, dparams = ds.drafts()["transformer"]
+    decoder = ds.spec_decoder(draft, ds.GREEDY, gamma=2)
+    state = loop_start(decoder, (ds.target_params(), dparams), list(ds.PROMPTS)[:1])
+    names = set(_pieces(decoder, state, model_draft=True))
+    assert {"target argmax (γ+1 rows)", "acceptance rule (point mass)"} <= names
+    assert "target warp (γ+1 rows)" not in names and "acceptance rule" not in names
 
 
 def test_sampler_table_times_every_sampler_per_vocabulary():

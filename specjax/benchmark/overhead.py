@@ -3,10 +3,11 @@
 `ovh` = I_spec − T_target(γ+1) − γ·T_draft is what an iteration costs beyond its model calls
 (`iteration_cost` minus `call_cost`s, all measured inside a device loop). `overhead_breakdown`
 measures it and then times, each alone in its own device loop and at the decoder's shapes, the
-pieces that make it up: the warper over the target's γ+1 rows, each draft step's warp and
-sample, the acceptance rule, `emit` (the sequence-buffer update), the statistics update and
-the NaN scans. The pieces are timed in isolation, so they do not add up exactly to `ovh`
-(fusion across pieces, and per-op costs of the loop itself, are what is left over).
+pieces that make it up: the warper over the target's γ+1 rows (or, greedy, their argmax),
+each draft step's draw (token and q), the acceptance rule, `emit` (the sequence-buffer update),
+the statistics update and the NaN scans. The pieces are timed in isolation, so they do not add
+up exactly to `ovh` (fusion across pieces, and per-op costs of the loop itself, are what is
+left over).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from specjax.benchmark.timing import (
     mean_interval,
     time_call,
 )
-from specjax.decoding import AutoregressiveDecoder, Proposal, loop, sample_from_probs
+from specjax.decoding import AutoregressiveDecoder, Proposal, loop
+from specjax.decoding.argmax import has_nan
 from specjax.decoding.state import emit
 
 
@@ -55,14 +57,19 @@ def piece_cost(piece, args, *, steps: int = 64, repeats: int = 5, clock=time.per
 
 
 def _pieces(decoder, s: loop.LoopState, model_draft: bool) -> dict:
-    """name -> (piece, args, times per iteration) at the decoder's shapes."""
+    """name -> (piece, args, times per iteration) at the decoder's shapes, each as the decoder
+    computes it (a greedy decoder whose rule has a point-mass outcome reads tokens off the
+    logits: `SpeculativeDecoder.point_mass_accept`)."""
     batch = s.seq.tokens.shape[0]
     gamma, vocab, warper = decoder.gamma, decoder.vocab_size, decoder.warper
+    point_mass = getattr(decoder, "point_mass_accept", None)
     key = jax.random.PRNGKey(1)
     logits_t = jax.random.normal(key, (batch, gamma + 1, vocab))  # [batch, gamma + 1, vocab]
     logits_d = jax.random.normal(jax.random.fold_in(key, 1), (batch, vocab))  # [batch, vocab]
     draft_tokens = jax.random.randint(key, (batch, gamma), 0, vocab)  # [batch, gamma]
-    q = warper.probs(jax.random.normal(key, (batch, gamma, vocab))) if model_draft else None
+    q = None
+    if model_draft and not warper.ends_greedy:  # a greedy model draft's q is its tokens
+        q = warper.probs(jax.random.normal(key, (batch, gamma, vocab)))
     p = warper.probs(logits_t)
     out = jnp.concatenate([draft_tokens, draft_tokens[:, :1]], axis=1)  # [batch, gamma + 1]
     n = jnp.full((batch,), gamma // 2, jnp.int32)
@@ -71,16 +78,21 @@ def _pieces(decoder, s: loop.LoopState, model_draft: bool) -> dict:
     def target_warp(i, logits):
         return decoder.warper.probs(logits + i.astype(jnp.float32))[:, -1, 0].sum()
 
-    def draft_warp(i, logits):
-        return decoder.warper.probs(logits + i.astype(jnp.float32))[:, 0].sum()
+    def target_argmax(i, logits):
+        return decoder.warper.greedy_tokens(logits + i.astype(jnp.float32)).sum()
 
-    def draft_sample(i, probs):
-        return sample_from_probs(jax.random.fold_in(key, i), probs).sum()
+    def draft_draw(i, logits):
+        token, probs = warper.draw(jax.random.fold_in(key, i), logits + i.astype(jnp.float32))
+        return token.sum() + (0 if warper.ends_greedy else probs[:, 0].sum())
 
     def accept(i, tokens, q, p):
         t, m = decoder.accept(
             jax.random.fold_in(key, i), (tokens + i) % vocab, q, p, fill_value=0, num_drafted=None
         )
+        return t.sum() + m.sum()
+
+    def accept_point_mass(i, tokens, target_tokens):
+        t, m = point_mass((tokens + i) % vocab, target_tokens, fill_value=0, num_drafted=None)
         return t.sum() + m.sum()
 
     def emit_piece(i, seq, out, n):
@@ -93,21 +105,31 @@ def _pieces(decoder, s: loop.LoopState, model_draft: bool) -> dict:
         return sum(jnp.sum(x) for x in jax.tree.leaves(new))
 
     def nan_scan(i, logits, q):
-        nan = jnp.isnan(logits + i.astype(jnp.float32)).any(axis=(1, 2))
+        nan = has_nan(logits + i.astype(jnp.float32)).any(axis=1)
         if q is not None:
-            nan = nan | jnp.isnan(q).any(axis=(1, 2))
+            nan = nan | has_nan(q).any(axis=1)
         return nan.sum()
 
-    pieces = {
-        "target warp (γ+1 rows)": (target_warp, (logits_t,), 1),
-        "acceptance rule": (accept, (draft_tokens, q, p), 1),
-        "emit (sequence buffer)": (emit_piece, (s.seq, out, n), 1),
-        "statistics update": (stats_piece, (s.stats, draft_tokens, q, logits_t, n), 1),
-        "NaN scans": (nan_scan, (logits_t, q), 1),
-    }
+    if point_mass is None:
+        pieces = {
+            "target warp (γ+1 rows)": (target_warp, (logits_t,), 1),
+            "acceptance rule": (accept, (draft_tokens, q, p), 1),
+        }
+    else:
+        target_tokens = warper.greedy_tokens(logits_t)  # [batch, gamma + 1]
+        pieces = {
+            "target argmax (γ+1 rows)": (target_argmax, (logits_t,), 1),
+            "acceptance rule (point mass)": (accept_point_mass, (draft_tokens, target_tokens), 1),
+        }
+    pieces.update(
+        {
+            "emit (sequence buffer)": (emit_piece, (s.seq, out, n), 1),
+            "statistics update": (stats_piece, (s.stats, draft_tokens, q, logits_t, n), 1),
+            "NaN scans": (nan_scan, (logits_t, q), 1),
+        }
+    )
     if model_draft:
-        pieces["draft warp (per step)"] = (draft_warp, (logits_d,), gamma)
-        pieces["draft sample (per step)"] = (draft_sample, (warper.probs(logits_d),), gamma)
+        pieces["draft draw (per step)"] = (draft_draw, (logits_d,), gamma)
     return pieces
 
 

@@ -4,8 +4,9 @@ The room holds one rule per file, each with `speculative_accept`'s signature and
 the tree rule: `acceptance.py` (token-wise, Leviathan et al. 2023), `block.py` (block
 verification, Sun et al. 2024), `lossy.py` (the lossy contrasts), `tree.py` (`tree_accept`,
 SpecInfer's and Sequoia's multi-draft rule), and `_common.py`, the scaffolding they share
-(argument checks, float32 laws, residuals, the output layout). A new rule is one new file here
-and, to be selectable by name, one entry in `RULES` below.
+(argument checks, float32 laws, residuals, the output layout), and `point_mass.py`, the
+lossless chain rules' outcome for a greedy target, from tokens alone. A new rule is one new
+file here and, to be selectable by name, one entry in `RULES` below.
 
 `accept_rule("block")`: a rule is a function with `speculative_accept`'s signature and return,
 which a decoder takes as its static `accept` field. A name is "NAME" or "NAME:ARGS", ARGS
@@ -102,6 +103,13 @@ def is_lossless(rule: Callable) -> bool | None:
     beside every result and warn when it is False.
     """
     return getattr(rule, "lossless", None)
+
+
+def point_mass_rule(rule: Callable) -> Callable | None:
+    """`rule`'s outcome for a point-mass (greedy) target computed from tokens alone
+    (`point_mass.point_mass_accept`), or None where the rule does not say it has one (the lossy
+    rules, a user's rule): decoders then run `rule` itself on the one-hot p."""
+    return getattr(rule, "point_mass", None)
 
 
 def accept_rule(spec: str) -> Callable:

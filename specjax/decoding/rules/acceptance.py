@@ -37,6 +37,7 @@ from specjax.decoding.rules._common import (
     distributions,
     residual_distribution,
 )
+from specjax.decoding.rules.point_mass import point_mass_accept
 from specjax.decoding.sampling import sample_from_probs
 
 
@@ -101,3 +102,5 @@ def speculative_accept(
 
 # Registry marker (`specjax.decoding.rules.is_lossless`): this rule is exact.
 speculative_accept.lossless = True
+# Its outcome when p is a point mass (greedy), from tokens alone (`point_mass.py`).
+speculative_accept.point_mass = point_mass_accept

@@ -88,6 +88,7 @@ from specjax.decoding.rules._common import (
     distributions,
     weighted_residual,
 )
+from specjax.decoding.rules.point_mass import point_mass_accept
 from specjax.decoding.sampling import sample_from_probs
 
 
@@ -220,3 +221,5 @@ def block_accept(
 
 # Registry marker (`specjax.decoding.rules.is_lossless`): this rule is exact.
 block_accept.lossless = True
+# Its outcome when p is a point mass (greedy), from tokens alone (`point_mass.py`).
+block_accept.point_mass = point_mass_accept
