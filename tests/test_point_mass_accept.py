@@ -199,19 +199,8 @@ def test_a_subclass_that_replaces_verify_keeps_it_at_temperature_zero():
     spy = Spy(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
     assert spy.point_mass_accept is point_mass_accept  # greedy, tokenwise: a shortcut exists
     assert spy.verify_point_mass(None, None) is None  # ... but the replaced verify decides
-    out = spy.generate(
-        ds.target_params(),
-        d_params,
-        prompts=ds.PROMPTS[:1],
-        key=jax.random.key(0),
-        max_new_tokens=4,
-    )
+    args = (ds.target_params(), d_params)
+    kwargs = dict(prompts=ds.PROMPTS[:1], key=jax.random.key(0), max_new_tokens=4)
+    out = spy.generate(*args, **kwargs)
     assert calls and calls[0][-1] == ds.V
-    want = base.generate(
-        ds.target_params(),
-        d_params,
-        prompts=ds.PROMPTS[:1],
-        key=jax.random.key(0),
-        max_new_tokens=4,
-    )
-    np.testing.assert_array_equal(out.tokens, want.tokens)
+    np.testing.assert_array_equal(out.tokens, base.generate(*args, **kwargs).tokens)
