@@ -38,8 +38,9 @@ def test_hand_written_rows():
     assert tokens.dtype == jnp.int32 and n.dtype == jnp.int32
 
 
-def _case(seed: int, ragged: bool):
-    """Random drafts, q (with mass on each draft), a point-mass target and num_drafted."""
+def _case(seed: int, ragged: bool, no_mass: bool = False):
+    """Random drafts, q (with mass on each draft), a point-mass target and num_drafted; with
+    `no_mass`, a tenth of the target's positions have no mass (token -1, an all-zero p row)."""
     rng = np.random.default_rng(seed)
     q = rng.dirichlet(np.full(VOCAB, 0.5), (BATCH, GAMMA))
     q[rng.random((BATCH, GAMMA, VOCAB)) < 0.4] = 0.0  # sparse supports, one-hot q among them
@@ -49,7 +50,9 @@ def _case(seed: int, ragged: bool):
     )
     q[np.arange(BATCH)[:, None], np.arange(GAMMA)[None, :], drafts] += 0.05  # q(x) > 0
     q /= q.sum(-1, keepdims=True)
-    p = np.eye(VOCAB, dtype=np.float32)[target]  # [batch, gamma + 1, vocab] one-hot
+    if no_mass:
+        target[rng.random(target.shape) < 0.1] = -1
+    p = np.eye(VOCAB + 1, dtype=np.float32)[target][..., :VOCAB]  # one-hot; -1: all zero
     num = rng.integers(0, GAMMA + 1, BATCH) if ragged else None
     as_j = lambda x: None if x is None else jnp.asarray(x)  # noqa: E731
     return (
@@ -61,10 +64,13 @@ def _case(seed: int, ragged: bool):
     )
 
 
-def _agrees(rule, shortcut, seed: int, ragged: bool) -> bool:
-    drafts, q, p, target, num = _case(seed, ragged)
+def _agrees(rule, shortcut, seed: int, ragged: bool, no_mass=False, point_q=False) -> bool:
+    drafts, q, p, target, num = _case(seed, ragged, no_mass)
+    q = None if point_q else q  # a deterministic draft: q is a point mass on each token
     want_t, want_n = shortcut(drafts, target, fill_value=-1, num_drafted=num)
-    got_t, got_n = rule(jax.random.key(seed), drafts, q, p, fill_value=-1, num_drafted=num)
+    # Under jit: the rules refuse a concrete all-zero p row, but run on one when traced.
+    run = jax.jit(lambda k, d, q, p, n: rule(k, d, q, p, fill_value=-1, num_drafted=n))
+    got_t, got_n = run(jax.random.key(seed), drafts, q, p, num)
     return bool(np.array_equal(got_t, want_t) and np.array_equal(got_n, want_n))
 
 
@@ -77,6 +83,15 @@ def test_the_rules_equal_it_on_one_hot_targets(rule, ragged):
     _, _, _, target, num = _case(0, ragged)
     n = point_mass_accept(_case(0, ragged)[0], target, num_drafted=num)[1]
     assert set(np.asarray(n).tolist()) == set(range(GAMMA + 1))
+
+
+@pytest.mark.parametrize("rule", [speculative_accept, block_accept], ids=["tokenwise", "block"])
+def test_the_rules_equal_it_with_point_mass_q_and_targets_without_mass(rule):
+    # No mass at a target position (its logits all -inf, or NaN at the argmax; NaN rows are
+    # also flagged in nan_rows): the rules reject every draft there and emit 0.
+    for seed in range(2):
+        assert _agrees(rule, point_mass_accept, seed, ragged=True, point_q=True), seed
+        assert _agrees(rule, point_mass_accept, seed, ragged=True, no_mass=True), seed
 
 
 def _off_by_one(drafts, target, *, fill_value, num_drafted):
@@ -140,8 +155,9 @@ def test_has_nan_is_isnan_any():
         .set(jnp.nan)
     )
     x = x.at[4, 0, 0].set(jnp.inf).at[4, 0, 1].set(-jnp.inf)
-    np.testing.assert_array_equal(has_nan(x), jnp.isnan(x).any(-1))
-    np.testing.assert_array_equal(has_nan(x, axis=(1, 2)), jnp.isnan(x).any((1, 2)))
+    for f in (has_nan, jax.jit(has_nan, static_argnums=1)):
+        np.testing.assert_array_equal(f(x, -1), jnp.isnan(x).any(-1))
+        np.testing.assert_array_equal(f(x, (1, 2)), jnp.isnan(x).any((1, 2)))
     assert has_nan(x, axis=(1, 2)).tolist() == [True, False, False, True, False, False]
 
 
@@ -197,8 +213,9 @@ def test_a_subclass_that_replaces_verify_keeps_it_at_temperature_zero():
     draft, d_params = ds.drafts()["bigram"]
     base = ds.spec_decoder(draft)
     spy = Spy(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
-    assert spy.point_mass_accept is point_mass_accept  # greedy, tokenwise: a shortcut exists
-    assert spy.verify_point_mass(None, None) is None  # ... but the replaced verify decides
+    assert base.point_mass_accept is point_mass_accept  # greedy, tokenwise: a shortcut exists
+    assert spy.point_mass_accept is None  # ... but the replaced verify decides
+    assert spy.verify_point_mass(None, None) is None
     args = (ds.target_params(), d_params)
     kwargs = dict(prompts=ds.PROMPTS[:1], key=jax.random.key(0), max_new_tokens=4)
     out = spy.generate(*args, **kwargs)

@@ -68,7 +68,8 @@ def _pieces(decoder, s: loop.LoopState, model_draft: bool) -> dict:
     logits_d = jax.random.normal(jax.random.fold_in(key, 1), (batch, vocab))  # [batch, vocab]
     draft_tokens = jax.random.randint(key, (batch, gamma), 0, vocab)  # [batch, gamma]
     q = None
-    if model_draft and not warper.ends_greedy:  # a greedy model draft's q is its tokens
+    # A greedy ModelDrafter's q is its tokens (probs None); an adaptive draft still builds q.
+    if model_draft and (not warper.ends_greedy or decoder.gamma_policy is not None):
         q = warper.probs(jax.random.normal(key, (batch, gamma, vocab)))
     p = warper.probs(logits_t)
     out = jnp.concatenate([draft_tokens, draft_tokens[:, :1]], axis=1)  # [batch, gamma + 1]
@@ -79,7 +80,7 @@ def _pieces(decoder, s: loop.LoopState, model_draft: bool) -> dict:
         return decoder.warper.probs(logits + i.astype(jnp.float32))[:, -1, 0].sum()
 
     def target_argmax(i, logits):
-        return decoder.warper.greedy_tokens(logits + i.astype(jnp.float32)).sum()
+        return decoder.warper.greedy_tokens(logits + i.astype(jnp.float32), no_mass=-1).sum()
 
     def draft_draw(i, logits):
         token, probs = warper.draw(jax.random.fold_in(key, i), logits + i.astype(jnp.float32))
@@ -116,7 +117,7 @@ def _pieces(decoder, s: loop.LoopState, model_draft: bool) -> dict:
             "acceptance rule": (accept, (draft_tokens, q, p), 1),
         }
     else:
-        target_tokens = warper.greedy_tokens(logits_t)  # [batch, gamma + 1]
+        target_tokens = warper.greedy_tokens(logits_t, no_mass=-1)  # [batch, gamma + 1]
         pieces = {
             "target argmax (γ+1 rows)": (target_argmax, (logits_t,), 1),
             "acceptance rule (point mass)": (accept_point_mass, (draft_tokens, target_tokens), 1),

@@ -174,7 +174,7 @@ class Warper:
             return (warped > _NEG_INF).astype(jnp.float32)
         return jax.nn.softmax(warped, axis=-1)
 
-    def greedy_tokens(self, logits: jax.Array) -> jax.Array:
+    def greedy_tokens(self, logits: jax.Array, no_mass: int = 0) -> jax.Array:
         """A greedy warper's draw without the one-hot: what `sample` returns, for any key.
 
         The index `probs` puts its mass on (the warpers before `Greedy` applied, then the first
@@ -184,6 +184,8 @@ class Warper:
 
         Args:
           logits: [..., vocab] any float dtype.
+          no_mass: returned for a row without mass (0: what sampling returns; a verifier passes
+            -1 to tell such rows apart, `rules.point_mass_accept`).
 
         Returns:
           [...] int32 token ids.
@@ -198,7 +200,7 @@ class Warper:
         best = first_argmax(out, axis=-1)  # [...]
         value = jnp.take_along_axis(out, best[..., None], axis=-1)[..., 0]
         # Greedy's one-hot is (logit > -inf) at best: all zero for -inf (and NaN) there.
-        return jnp.where(value > _NEG_INF, best, 0)
+        return jnp.where(value > _NEG_INF, best, no_mass)
 
     def draw(self, key: jax.Array, logits: jax.Array) -> tuple[jax.Array, jax.Array]:
         """(`sample(key, logits)`, `probs(logits)`): a token and the law it was drawn from.

@@ -340,8 +340,11 @@ class SpeculativeDecoder(SpeculativeSteps):
     @property
     def point_mass_accept(self):
         """The rule's outcome for a point-mass target, read off tokens (`rules.point_mass_rule`),
-        where the warper is greedy and the rule has one; else None (`verify` runs the rule)."""
-        return rules.point_mass_rule(self.accept) if self.warper.ends_greedy else None
+        where the warper is greedy, the rule has one and `verify` is this class's (a subclass
+        that replaces `verify` keeps it); else None (`verify` runs the rule)."""
+        if not self.warper.ends_greedy or type(self).verify is not SpeculativeDecoder.verify:
+            return None
+        return rules.point_mass_rule(self.accept)
 
     @property
     def widths(self) -> tuple[int, ...]:
@@ -418,14 +421,14 @@ class SpeculativeDecoder(SpeculativeSteps):
         the drafted and the target's argmax tokens (`Warper.greedy_tokens` of the logits): the
         same tokens and counts as the rule on the one-hot p (`rules/point_mass.py`), without
         the [batch, gamma + 1, vocab] work (about 1 ms per iteration at a 49,152-token
-        vocabulary on a 2-core CPU). A subclass that replaces `verify` keeps it: None then.
+        vocabulary on a 2-core CPU).
         """
         point_mass = self.point_mass_accept
-        if point_mass is None or type(self).verify is not SpeculativeDecoder.verify:
+        if point_mass is None:
             return None
         out, n = point_mass(
             proposal.tokens,
-            self.warper.greedy_tokens(logits),
+            self.warper.greedy_tokens(logits, no_mass=-1),  # -1: p without mass (NaN, all -inf)
             fill_value=0,
             num_drafted=proposal.num_drafted,
         )

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from specjax.decoding.drafters.base import Proposal, Verdict
-from specjax.decoding.sampling import Warper
+from specjax.decoding.sampling import Warper, sample_from_probs
 from specjax.decoding.state import Sequences
 
 
@@ -78,10 +78,13 @@ class MedusaDrafter:
         target_params, head_params = params
         logits = self.heads.logits(target_params, head_params, state.last)[:, :gamma]
         q = self.warper.probs(logits)  # [batch, gamma, vocab]
-        tokens = jnp.stack(
-            [self.warper.draw(jax.random.fold_in(key, i), logits[:, i])[0] for i in range(gamma)],
-            axis=1,
-        )  # [batch, gamma]
+        if self.warper.ends_greedy:  # the argmax each one-hot q puts its mass on
+            tokens = self.warper.greedy_tokens(logits)  # [batch, gamma]
+        else:
+            tokens = jnp.stack(
+                [sample_from_probs(jax.random.fold_in(key, i), q[:, i]) for i in range(gamma)],
+                axis=1,
+            )  # [batch, gamma]
         return Proposal(tokens, q, None, state, calls=1)
 
     def commit(self, state: MedusaState, verdict: Verdict) -> MedusaState:

@@ -42,7 +42,9 @@ def point_mass_accept(
     Args:
       draft_tokens: int [batch, gamma] the drafted tokens.
       target_tokens: int [batch, gamma + 1] the token the target's p is a point mass on at each
-        scored position (e.g. `Warper.greedy_tokens` of its logits).
+        scored position (`Warper.greedy_tokens` of its logits), or a negative value where p has
+        no mass at all (logits all -inf, or NaN at the argmax): there, as the rules do with an
+        all-zero p row, no draft is accepted and token 0 is emitted.
       fill_value: written to tokens[b, n + 1:].
       num_drafted: int [batch] in [0, gamma], how many of each row's tokens were drafted (the
         rest is never accepted), or None: every row drafted gamma.
@@ -70,10 +72,11 @@ def point_mass_accept(
             )
     draft_tokens = draft_tokens.astype(jnp.int32)
     target_tokens = target_tokens.astype(jnp.int32)
-    accepted = draft_tokens == target_tokens[:, :gamma]  # [batch, gamma]
+    accepted = draft_tokens == target_tokens[:, :gamma]  # [batch, gamma]; never at no mass
     if num_drafted is not None:
         accepted = accepted & (jnp.arange(gamma)[None, :] < num_drafted[:, None])
     num_accepted = accepted_prefix(accepted)  # [batch]
     next_token = jnp.take_along_axis(target_tokens, num_accepted[:, None], axis=1)[:, 0]
+    next_token = jnp.maximum(next_token, 0)  # no mass: the rules' draw from an all-zero row
     tokens = assemble_tokens(draft_tokens, num_accepted, next_token, fill_value)
     return tokens, num_accepted.astype(jnp.int32)
