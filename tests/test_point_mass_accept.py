@@ -133,6 +133,10 @@ def test_greedy_tokens_is_what_sampling_the_one_hot_returns():
         want = sample_from_probs(jax.random.key(1), warper.probs(logits))
         np.testing.assert_array_equal(warper.greedy_tokens(logits), want)
         np.testing.assert_array_equal(warper.sample(jax.random.key(2), logits), want)
+        # draw's law is Greedy's one-hot, all zero where the row has no mass
+        np.testing.assert_array_equal(
+            warper.draw(jax.random.key(3), logits)[1], warper.probs(logits)
+        )
     assert make_warper(0.0).greedy_tokens(logits)[:4].tolist() == [0, 7, 0, 0]
 
 

@@ -208,9 +208,11 @@ class Warper:
         A greedy warper returns the argmax without drawing from the one-hot (`greedy_tokens`:
         the same token), so a caller that does not use the probabilities pays only the argmax.
         """
+        if self.ends_greedy:  # one argmax for both: Greedy's one-hot, zero where no mass
+            token = self.greedy_tokens(logits, no_mass=-1)
+            probs = jax.nn.one_hot(token, logits.shape[-1], dtype=jnp.float32)
+            return jnp.maximum(token, 0), probs
         probs = self.probs(logits)
-        if self.ends_greedy:
-            return self.greedy_tokens(logits), probs
         return sample_from_probs(key, probs), probs
 
     def sample(self, key: jax.Array, logits: jax.Array) -> jax.Array:

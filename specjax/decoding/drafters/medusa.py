@@ -77,10 +77,10 @@ class MedusaDrafter:
         del seq
         target_params, head_params = params
         logits = self.heads.logits(target_params, head_params, state.last)[:, :gamma]
-        q = self.warper.probs(logits)  # [batch, gamma, vocab]
         if self.warper.ends_greedy:  # the argmax each one-hot q puts its mass on
-            tokens = self.warper.greedy_tokens(logits)  # [batch, gamma]
+            tokens, q = self.warper.draw(key, logits)  # [batch, gamma], [batch, gamma, vocab]
         else:
+            q = self.warper.probs(logits)  # [batch, gamma, vocab]
             tokens = jnp.stack(
                 [sample_from_probs(jax.random.fold_in(key, i), q[:, i]) for i in range(gamma)],
                 axis=1,
