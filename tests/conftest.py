@@ -70,12 +70,12 @@ Two Python-side settings, measured on 2026-11-28 (2-core CPU, quiet):
   program (tests/decoding_setup.py's pair, median of 5 compiles): backend compile 1.12-1.14 ->
   0.95-1.02 s, lowering 0.17 -> 0.16 s. Only error locations inside compiled programs lose
   frames; tracing errors keep their full Python tracebacks.
-- A larger first-generation threshold for Python's cycle collector (`GC_THRESHOLD`, per process; the
-  sharding workers and the notebook kernels set the same one): a worker holds hundreds of thousands
-  of objects (jaxprs, compiled programs), and a perf profile of a decoder's first call put 3.3 % of
-  the process in `gc_collect_main`. Eight compile-bound files at -n 2 (eagle3, tree_decoding,
-  readme, decoding_fixture, adaptive_gamma, lossy_accept, drafters, beam; alternating runs): 108.0 /
-  109.8 / 111.4 s with Python's default (700, 10, 10) -> 101.6 / 102.4 / 106.3 s.
+- A larger first-generation threshold for Python's cycle collector (`tests/gc_setting.py`, per
+  process; the sharding workers and the notebook kernels set the same one): a worker holds hundreds
+  of thousands of objects (jaxprs, compiled programs), and a perf profile of a decoder's first call
+  put 3.3 % of the process in `gc_collect_main`. Eight compile-bound files at -n 2 (eagle3,
+  tree_decoding, readme, decoding_fixture, adaptive_gamma, lossy_accept, drafters, beam; alternating
+  runs): 108.0 / 109.8 / 111.4 s with Python's default (700, 10, 10) -> 101.6 / 102.4 / 106.3 s.
 """
 
 import atexit
@@ -84,6 +84,7 @@ import os
 import shutil
 import tempfile
 
+import gc_setting
 import pytest
 
 from specjax import pretrained
@@ -125,8 +126,7 @@ def _session_caches() -> None:
 _session_caches()  # before jax is imported: its config reads these variables once
 
 # Python's cycle collector, less often in every process of the session (module doc).
-GC_THRESHOLD = (50_000, 20, 100)
-gc.set_threshold(*GC_THRESHOLD)
+gc_setting.apply()
 
 import jax  # noqa: E402
 

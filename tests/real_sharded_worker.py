@@ -12,7 +12,6 @@ unsharded greedy run at every position (a near-tie may flip under another summat
 """
 
 import argparse
-import gc
 import json
 import os
 import sys
@@ -37,6 +36,7 @@ if __name__ == "__main__":
 
     specjax.configure_cpu()  # the KV caches updated in place, as in the tests' own process
 
+import gc_setting  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -51,9 +51,9 @@ from specjax.decoding import (  # noqa: E402
 )
 from specjax.pretrained import fetch  # noqa: E402
 
-# The test session's cycle-collector threshold (tests/conftest.py: GC_THRESHOLD); this process
-# compiles many programs and holds their objects. test_sharding 39.8 -> 35.9 s with it.
-gc.set_threshold(50_000, 20, 100)
+# The test session's cycle-collector threshold: this process compiles many programs and holds
+# their objects (test_sharding 39.8 -> 35.9 s with it).
+gc_setting.apply()
 
 PROMPTS = (
     "Name three primary colours.",

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import gc
 import json
 import os
 import shutil
@@ -44,6 +43,7 @@ if ARGS is not None:
     ).strip()
     os.environ["JAX_PLATFORMS"] = "cpu"
 
+import gc_setting  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
@@ -63,9 +63,9 @@ from specjax.training.optim import make_optimizer  # noqa: E402
 from specjax.training.sharded import shard_train_step, train_state_shardings  # noqa: E402
 from specjax.training.steps import init_train_state, make_train_step  # noqa: E402
 
-# The test session's cycle-collector threshold (tests/conftest.py: GC_THRESHOLD); this process
-# compiles many programs and holds their objects. test_sharding 39.8 -> 35.9 s with it.
-gc.set_threshold(50_000, 20, 100)
+# The test session's cycle-collector threshold: this process compiles many programs and holds
+# their objects (test_sharding 39.8 -> 35.9 s with it).
+gc_setting.apply()
 
 VOCAB = 256
 MAX_NEW = 12

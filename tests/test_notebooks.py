@@ -4,16 +4,18 @@ Execution: every notebook in its small mode (SPECJAX_NOTEBOOK_SMALL=1: seconds-s
 measurements) in a fresh Jupyter kernel, cell by cell, started in a notebooks/ directory beside
 links to the checkout's code (so its install cell finds the repository root through `..`, as in a
 checkout, and its runs/ land in a temporary directory); any cell that raises fails the test with the
-cell's traceback. A setup cell (`KERNEL_SETUP`, the session's gc threshold) runs first in each
-kernel. The notebooks use the test session's model cache (SPECJAX_CACHE, tests/conftest.py), so the
-tiny models are trained once per session, by whoever asks first. Needs nbclient, nbformat and
-ipykernel (the `[test]` extra).
+cell's traceback. A setup cell (`KERNEL_SETUP`, the session's gc threshold; measured on this file at
+-n 0, alternating runs: 67.1 / 63.8 s without, 56.8 / 59.8 s with) runs first in each kernel. The
+notebooks use the test session's model cache (SPECJAX_CACHE, tests/conftest.py), so the tiny models
+are trained once per session, by whoever asks first. Needs nbclient, nbformat and ipykernel (the
+`[test]` extra).
 """
 
 import glob
 import os
 
 import pytest
+from gc_setting import KERNEL_SETUP  # run first in each test kernel (not part of the notebooks)
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -23,10 +25,6 @@ NOTEBOOKS = os.path.join(ROOT, "notebooks")
 # In the order they run: quickstart trains the models the others load from the shared cache.
 NAMES = ("quickstart", "reproduce_leviathan2023", "bring_your_own_models", "trees")
 CELL_TIMEOUT_S = 600
-# Run first in each test kernel (not part of the notebooks): the session's cycle-collector
-# threshold (tests/conftest.py: GC_THRESHOLD). Measured, this file at -n 0, alternating runs:
-# 67.1 / 63.8 s without -> 56.8 / 59.8 s with.
-KERNEL_SETUP = "import gc\n\ngc.set_threshold(50_000, 20, 100)"
 
 
 def stored_outputs(notebook) -> list[str]:
