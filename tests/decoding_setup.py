@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from specjax.decoding import AutoregressiveDecoder, SpeculativeDecoder, make_warper
@@ -68,7 +67,7 @@ def random_params(model: TransformerLM, seed: int, scale: float = 0.3) -> dict:
     def draw(path, leaf):
         noise = scale * rng.standard_normal(leaf.shape).astype(np.float32)
         is_scale = getattr(path[-1], "key", None) == "scale"
-        return jnp.asarray(1.0 + noise if is_scale else noise)
+        return jax.device_put(1.0 + noise if is_scale else noise)  # no program per shape
 
     return jax.tree_util.tree_map_with_path(draw, shapes)
 
@@ -76,8 +75,12 @@ def random_params(model: TransformerLM, seed: int, scale: float = 0.3) -> dict:
 def perturbed(params: dict, seed: int, scale: float) -> dict:
     """params + N(0, scale²) noise: a draft that agrees with the target often but not always."""
     rng = np.random.default_rng(seed)
+    # On the host, then one transfer per leaf: a device add would compile a program per shape.
     return jax.tree.map(
-        lambda x: x + scale * rng.standard_normal(x.shape).astype(np.float32), params
+        lambda x: jax.device_put(
+            np.asarray(x) + scale * rng.standard_normal(x.shape).astype(np.float32)
+        ),
+        params,
     )
 
 

@@ -20,7 +20,9 @@ def tiny_llama(vocab: int, seed: int = 0, embed: int = 16):
     model = TransformerLM(cfg)
     params = model.init_params(jax.random.PRNGKey(seed))
     # Larger logits than the 0.02 init gives: a target law far from uniform.
-    params = jax.tree.map(lambda x: x * 8.0 if x.ndim == 2 else x, params)
+    params = jax.tree.map(
+        lambda x: jax.device_put(np.asarray(x) * 8.0) if x.ndim == 2 else x, params
+    )
     return model, params
 
 

@@ -1,6 +1,7 @@
 """Checkpoints: bit-exact round trips, keep-last-N, corrupt-checkpoint fallback, model loading,
 and a real SIGKILL of a training process."""
 
+import functools
 import os
 import signal
 import subprocess
@@ -30,13 +31,26 @@ def _model():
 
 def _state(seed):
     """Params and an optimizer state that has taken one step (non-trivial moments)."""
-    model = _model()
-    params = model.init_params(jax.random.PRNGKey(seed))
-    tx = make_optimizer(10, warmup_steps=1)
-    opt_state = tx.init(params)
-    grads = jax.tree.map(lambda p: jnp.full_like(p, 0.01 * (seed + 1)), params)
-    _, opt_state = tx.update(grads, opt_state, params)
+    model, tx, stepped = _stepped()
+    params, opt_state = stepped(seed)
     return model, tx, params, opt_state
+
+
+@functools.cache
+def _stepped():
+    """(model, optimizer, jitted seed -> (params, state)): one program for every seed, where
+    running it op by op compiled ~160 small programs (one per op and parameter shape)."""
+    model = _model()
+    tx = make_optimizer(10, warmup_steps=1)
+
+    def stepped(seed):  # seed: int32 []
+        params = model.init_params(jax.random.PRNGKey(seed))
+        opt_state = tx.init(params)
+        grads = jax.tree.map(lambda p: jnp.full_like(p, 0.01 * (seed + 1)), params)
+        _, opt_state = tx.update(grads, opt_state, params)
+        return params, opt_state
+
+    return model, tx, jax.jit(stepped)
 
 
 def _abstract(params, opt_state):

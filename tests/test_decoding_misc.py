@@ -169,13 +169,17 @@ def test_rollback_leaves_caches_equal_to_a_fresh_prefill(spec):
             for mine, ref in zip(
                 target_state.keys + target_state.values, fresh.keys + fresh.values, strict=True
             ):
-                _assert_close_to_scale(mine[b, : t_len[b]], ref[b, : t_len[b]])
+                _assert_close_to_scale(
+                    np.asarray(mine)[b, : t_len[b]], np.asarray(ref)[b, : t_len[b]]
+                )
             for mine, ref in zip(
                 draft_state.keys + draft_state.values,
                 fresh_draft.keys + fresh_draft.values,
                 strict=True,
             ):
-                _assert_close_to_scale(mine[b, : d_len[b]], ref[b, : d_len[b]])
+                _assert_close_to_scale(
+                    np.asarray(mine)[b, : d_len[b]], np.asarray(ref)[b, : d_len[b]]
+                )
 
         # Feeding each row's last token to the rolled-back cache = the full pass at L - 1.
         last = jnp.take_along_axis(s.seq.tokens, s.seq.lengths[:, None] - 1, axis=1)  # [b, 1]

@@ -59,7 +59,8 @@ def _random_params(model, seed, scale):
 
     def draw(path, leaf):
         noise = scale * rng.standard_normal(leaf.shape).astype(np.float32)
-        return jnp.asarray(1.0 + noise if getattr(path[-1], "key", None) == "scale" else noise)
+        is_scale = getattr(path[-1], "key", None) == "scale"
+        return jax.device_put(1.0 + noise if is_scale else noise)  # no program per shape
 
     return jax.tree_util.tree_map_with_path(draw, shapes)
 

@@ -190,9 +190,12 @@ def test_prompt_lookup_scores_each_tree_node_as_its_root_to_node_chain(tree):
     ancestors = tree.ancestor_mask()
     for i in range(n):
         path = np.flatnonzero(ancestors[i])  # root .. i, in order (parents precede children)
-        chain = jnp.zeros((batch, width), jnp.int32).at[:, : len(path)].set(nodes[:, path])
-        want, _ = _apply(lm, state, chain, jnp.full(batch, len(path)))
-        np.testing.assert_array_equal(logits[:, i], want[:, len(path) - 1], err_msg=f"node {i}")
+        chain = np.zeros((batch, width), np.int32)  # built on the host: no program per node
+        chain[:, : len(path)] = np.asarray(nodes)[:, path]
+        want, _ = _apply(lm, state, jax.device_put(chain), np.full(batch, len(path), np.int32))
+        np.testing.assert_array_equal(
+            np.asarray(logits)[:, i], np.asarray(want)[:, len(path) - 1], err_msg=f"node {i}"
+        )
 
     # A causal mask is the chain call; without the tree mask, siblings would see each other.
     chain_logits, _ = _apply(lm, state, nodes, jnp.full(batch, n))

@@ -11,6 +11,7 @@ the same comparison, and greedy decoders with and without the shortcut emit the 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -64,13 +65,19 @@ def _case(seed: int, ragged: bool, no_mass: bool = False):
     )
 
 
+@functools.cache
+def _jitted(rule):
+    """The rule under jit, one wrapper per rule, so every seed reuses its programs.
+
+    Under jit: the rules refuse a concrete all-zero p row, but run on one when traced."""
+    return jax.jit(lambda k, d, q, p, n: rule(k, d, q, p, fill_value=-1, num_drafted=n))
+
+
 def _agrees(rule, shortcut, seed: int, ragged: bool, no_mass=False, point_q=False) -> bool:
     drafts, q, p, target, num = _case(seed, ragged, no_mass)
     q = None if point_q else q  # a deterministic draft: q is a point mass on each token
     want_t, want_n = shortcut(drafts, target, fill_value=-1, num_drafted=num)
-    # Under jit: the rules refuse a concrete all-zero p row, but run on one when traced.
-    run = jax.jit(lambda k, d, q, p, n: rule(k, d, q, p, fill_value=-1, num_drafted=n))
-    got_t, got_n = run(jax.random.key(seed), drafts, q, p, num)
+    got_t, got_n = _jitted(rule)(jax.random.key(seed), drafts, q, p, num)
     return bool(np.array_equal(got_t, want_t) and np.array_equal(got_n, want_n))
 
 
