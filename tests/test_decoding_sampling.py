@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from decoding_setup import random_params
 from scipy import stats
 
 from specjax.decoding import (
@@ -53,23 +54,11 @@ CHAIN = make_warper(temperature=0.7, top_k=5, top_p=0.9)
 PLAIN = make_warper(temperature=1.0)
 
 
-def _random_params(model, seed, scale):
-    shapes = jax.eval_shape(model.init_params, jax.random.PRNGKey(0))
-    rng = np.random.default_rng(seed)
-
-    def draw(path, leaf):
-        noise = scale * rng.standard_normal(leaf.shape).astype(np.float32)
-        is_scale = getattr(path[-1], "key", None) == "scale"
-        return jax.device_put(1.0 + noise if is_scale else noise)  # no program per shape
-
-    return jax.tree_util.tree_map_with_path(draw, shapes)
-
-
 @pytest.fixture(scope="module")
 def models():
     """Target and drafts whose next-token distributions are peaked and depend on the context."""
-    target_params = _random_params(TARGET, seed=1, scale=0.25)
-    draft_params = _random_params(DRAFT, seed=5, scale=0.25)
+    target_params = random_params(TARGET, seed=1, scale=0.25)
+    draft_params = random_params(DRAFT, seed=5, scale=0.25)
     corpus = np.random.default_rng(2).integers(0, V, size=300)
     bigram = (NgramLM(V, 2), fit_ngram(corpus, V, 2, smoothing=1.0))
     return target_params, (DRAFT, draft_params), bigram

@@ -188,13 +188,14 @@ def test_prompt_lookup_scores_each_tree_node_as_its_root_to_node_chain(tree):
 
     width = tree.max_depth + 1
     ancestors = tree.ancestor_mask()
+    host_nodes, host_logits = np.asarray(nodes), np.asarray(logits)  # no program per node
     for i in range(n):
         path = np.flatnonzero(ancestors[i])  # root .. i, in order (parents precede children)
-        chain = np.zeros((batch, width), np.int32)  # built on the host: no program per node
-        chain[:, : len(path)] = np.asarray(nodes)[:, path]
+        chain = np.zeros((batch, width), np.int32)
+        chain[:, : len(path)] = host_nodes[:, path]
         want, _ = _apply(lm, state, jax.device_put(chain), np.full(batch, len(path), np.int32))
         np.testing.assert_array_equal(
-            np.asarray(logits)[:, i], np.asarray(want)[:, len(path) - 1], err_msg=f"node {i}"
+            host_logits[:, i], np.asarray(want)[:, len(path) - 1], err_msg=f"node {i}"
         )
 
     # A causal mask is the chain call; without the tree mask, siblings would see each other.

@@ -143,9 +143,10 @@ def test_caches_after_tree_steps_equal_a_fresh_prefill(replacement):
         ):
             fresh = _fresh_cache(model, p, s.seq.tokens[:, :CACHE_LEN], jnp.asarray(length))
             for mine, ref in zip(state.keys + state.values, fresh.keys + fresh.values, strict=True):
+                # Sliced on the host: a device slice compiles a program per length.
+                mine, ref = np.asarray(mine), np.asarray(ref)
                 for b in range(len(PROMPTS)):
-                    # Sliced on the host: a device slice compiles a program per length.
-                    a, r = np.asarray(mine)[b, : length[b]], np.asarray(ref)[b, : length[b]]
+                    a, r = mine[b, : length[b]], ref[b, : length[b]]
                     np.testing.assert_allclose(a, r, atol=2e-5 * max(1.0, np.abs(r).max()))
     assert deep_off_first_rank  # some row accepted a path of depth >= 2
 
