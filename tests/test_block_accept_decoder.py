@@ -23,6 +23,7 @@ from decoding_setup import (
     ar_decoder,
     as_lists,
     drafts,
+    random_params,
     target_params,
 )
 
@@ -42,8 +43,8 @@ def test_greedy_block_decoder_equals_autoregressive():
 
 @pytest.mark.slow
 def test_sampled_block_decoder_matches_exact_target_joint():
-    target_params_ = sampling._random_params(sampling.TARGET, seed=1, scale=0.25)
-    draft_params = sampling._random_params(sampling.DRAFT, seed=5, scale=0.25)
+    target_params_ = random_params(sampling.TARGET, seed=1, scale=0.25)
+    draft_params = random_params(sampling.DRAFT, seed=5, scale=0.25)
     joint = sampling.exact_joint(sampling.TARGET, target_params_, sampling.PLAIN)
     decoder = SpeculativeDecoder(
         sampling.TARGET,

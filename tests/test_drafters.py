@@ -29,6 +29,7 @@ from decoding_setup import (
     ar_decoder,
     as_lists,
     drafts,
+    random_params,
     spec_decoder,
     target_params,
 )
@@ -167,7 +168,7 @@ def test_vocab_mismatch_with_a_drafter_raises():
 def test_sampling_with_lookup_drafter_matches_the_exact_target_joint():
     import test_decoding_sampling as tds  # its tiny-vocabulary enumeration machinery
 
-    params = tds._random_params(tds.TARGET, seed=1, scale=0.25)
+    params = random_params(tds.TARGET, seed=1, scale=0.25)
     joint = tds.exact_joint(tds.TARGET, params, tds.PLAIN)
     decoder = SpeculativeDecoder(
         tds.TARGET, LookupDrafter(tds.V), 3, tds.PLAIN, cache_len=tds.CACHE_LEN, min_bucket=4

@@ -28,6 +28,7 @@ from decoding_setup import (
     V,
     ar_decoder,
     as_lists,
+    random_params,
     target_params,
 )
 
@@ -234,7 +235,7 @@ def test_a_row_with_no_valid_children_counts_no_test():
 def test_sampling_with_lookup_tree_drafter_matches_the_exact_target_joint():
     import test_decoding_sampling as tds  # its tiny-vocabulary enumeration machinery
 
-    params = tds._random_params(tds.TARGET, seed=1, scale=0.25)
+    params = random_params(tds.TARGET, seed=1, scale=0.25)
     joint = tds.exact_joint(tds.TARGET, params, tds.PLAIN)
     tree = TokenTree((-1, 0, 0, 1, 1, 3))  # lookahead 5: prompt 4 + 3 new + 5 = cache 12
     decoder = TreeSpeculativeDecoder(
