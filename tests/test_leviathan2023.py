@@ -17,6 +17,7 @@ from configs import leviathan2023 as lev_config
 from experiments.common import models as model_lib
 from experiments.leviathan2023 import pipeline, report
 from specjax import theory
+from specjax.training import zoo
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +163,26 @@ def test_second_run_reuses_cached_models(run_dir, tmp_path):
             jax.tree.leaves(params), jax.tree.leaves(again["drafts"][name][1]), strict=True
         )
         assert all(np.array_equal(a, b) for a, b in leaves), name
+
+
+def test_a_distilled_draft_alone_trains_its_data_trained_base_first(monkeypatch, tmp_path):
+    # A distilled draft is fine-tuned from the data-trained draft of its size: asked for alone
+    # (config.drafts without the base), the base is made first, then the distilled one from it.
+    config = lev_config.get_config("tiny")
+    made = []
+
+    def fake_ensure(cfg, workdir, log=print):
+        made.append((cfg.name, cfg.distill.init if cfg.distill.target else None))
+        return os.path.join(workdir, cfg.name)
+
+    monkeypatch.setattr(model_lib, "ensure_model_dir", fake_ensure)
+    model_lib.model_dir("tiny_draft_distilled", config, str(tmp_path))
+    base = model_lib.train_config("tiny_draft", config)
+    assert [name for name, _ in made] == [base.name, "tiny_draft-distill_tv_ft-python"]
+    assert made[1][1] == zoo.model_cache_name(base.to_dict())  # fine-tuned from that base
+    made.clear()
+    model_lib.model_dir("tiny_draft", config, str(tmp_path))
+    assert made == [(base.name, None)]  # a data-trained draft needs nothing before it
 
 
 def _synthetic_results(low, high, tokens, ar_ms=(0.20, 0.22)):

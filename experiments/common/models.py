@@ -4,7 +4,7 @@ The leviathan2023 pipeline's models, which the trees, sequoia2024, extensions an
 experiments and the generate mode reuse. Transformer weights come from specjax's training loop
 and are cached by their training config (`specjax.training.zoo.model_cache_dir`), so a second
 run only loads them. `model_path` resolves a model by pipeline name or model-cache directory
-name; `load_with_bases` loads a target and drafts, a distilled draft's data-trained base first.
+name; a distilled draft's data-trained base is trained (or loaded) before it.
 """
 
 from __future__ import annotations
@@ -128,7 +128,8 @@ def model_dir(name: str, config, workdir: str, log=print) -> str:
 
     Args:
       name: `config.target`, or a transformer draft of `config.drafts` ("<size>" or
-        "<size>_distilled", distilled from `config.target`).
+        "<size>_distilled", distilled from `config.target`, fine-tuned from "<size>", which is
+        trained first if it is not cached).
       config: the pipeline config.
       workdir: where training runs keep their checkpoints.
 
@@ -137,29 +138,11 @@ def model_dir(name: str, config, workdir: str, log=print) -> str:
     """
     distill = name.endswith(DISTILLED_SUFFIX)
     size = name[: -len(DISTILLED_SUFFIX)] if distill else name
-    target_cfg = train_config(config.target, config) if distill else None
+    target_cfg = None
+    if distill:  # fine-tuned from the data-trained draft of its size: that one first
+        model_dir(size, config, workdir, log)
+        target_cfg = train_config(config.target, config)
     return ensure_model_dir(train_config(size, config, distill_from=target_cfg), workdir, log)
-
-
-def load_with_bases(config, workdir: str, log=print) -> dict:
-    """`load_all` for `config.drafts`, training a distilled draft's data-trained base first.
-
-    A distilled draft is fine-tuned from the data-trained draft of its size, which is loaded
-    (trained) first; only `config.drafts` are returned.
-    """
-    names = []
-    for name in config.drafts:
-        if name.endswith(DISTILLED_SUFFIX):
-            base = name[: -len(DISTILLED_SUFFIX)]
-            if base not in names:
-                names.append(base)
-        if name not in names:
-            names.append(name)
-    sub = config.copy_and_resolve_references()
-    sub.drafts = tuple(names)
-    loaded = load_all(sub, workdir, log)
-    loaded["drafts"] = {n: loaded["drafts"][n] for n in config.drafts}
-    return loaded
 
 
 # Names `model_path` resolves through the leviathan2023 pipeline (trained on the asked corpus).

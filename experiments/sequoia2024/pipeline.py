@@ -364,7 +364,7 @@ def _candidate(c: dict) -> dict:
 
 def _trained_pair(config, workdir: str):
     """The byte-level pair of experiments/common/models.py and validation-split prompts."""
-    loaded = model_lib.load_with_bases(config, workdir, _log)
+    loaded = model_lib.load_all(config, workdir, _log)
     target, tparams, tmeta = loaded["target"]
     draft_name = config.drafts[0]
     draft, dparams, _ = loaded["drafts"][draft_name]

@@ -248,7 +248,7 @@ def run(config, workdir: str) -> dict:
     os.makedirs(workdir, exist_ok=True)
     specs = tree_specs(config)
     _log(f"[1/3] models (target {config.target}, drafts {list(config.drafts)})")
-    loaded = model_lib.load_with_bases(config, workdir, _log)
+    loaded = model_lib.load_all(config, workdir, _log)
     target, tparams, tmeta = loaded["target"]
     drafts = loaded["drafts"]
     val = np.asarray(load_corpus(config.corpus, "validation", ByteTokenizer()))
