@@ -8,8 +8,8 @@ the largest |logit|), so that a near-tie broken differently by another XLA build
 
 Exactly three programs of the 30-layer model are compiled: one autoregressive and two
 speculative (prompt lookup, and an untrained EAGLE-1 head reading the target's features; greedy,
-so each must equal autoregressive token for token), each decoding all prompts as one batch of 64
-new tokens. The model is fetched once (cached) and loaded once per
+so each must equal autoregressive token for token), each decoding all prompts as one batch (64
+new tokens autoregressively, the first 32 speculatively). The model is fetched once (cached) and loaded once per
 session (`smollm2` in conftest.py). `tests/test_real_model_hf.py` (slow, needs torch) compares
 with transformers live: logits, cached decoding, the tokenizer and the negative control.
 """
@@ -44,6 +44,22 @@ def ar_run(smollm2, reference):
     out = pipe.generate(texts, max_new_tokens=reference["max_new_tokens"])
     print(f"\nAR program, compile included: {time.perf_counter() - start:.1f} s")
     return pipe, out
+
+
+def _spec_budget(reference) -> int:
+    """New tokens per row of the speculative programs: the first half of AR's budget. Greedy
+    decoding is a prefix property (AR's first n tokens do not depend on its budget), and half
+    keeps 10 rows x 32 positions of equality while halving the untrained EAGLE head's run
+    (about one token per iteration): measured alone, 12.0 -> 6.7 s (prompt lookup 7.6 -> 5.4)."""
+    return reference["max_new_tokens"] // 2
+
+
+def _assert_ar_prefix(out, ar, tok, budget: int):
+    """Each row's tokens and text are AR's first `budget` tokens (fewer where AR hit EOS)."""
+    for b, row in enumerate(out.new_tokens):
+        expected = ar.new_tokens[b][:budget]
+        np.testing.assert_array_equal(row, expected, err_msg=f"prompt {b}")
+        assert out.text[b] == tok.decode(expected, stop_at_eos=True), f"prompt {b}"
 
 
 def test_the_fixture_is_of_the_registered_file(reference):
@@ -96,11 +112,9 @@ def test_prompt_lookup_speculative_equals_autoregressive(smollm2, reference, ar_
     _, ar = ar_run
     pipe = specjax.Pipeline(model, params, LookupDrafter(model.vocab_size), {}, tokenizer=tok)
     start = time.perf_counter()
-    out = pipe.chat([p["messages"] for p in reference["prompts"]], reference["max_new_tokens"])
+    out = pipe.chat([p["messages"] for p in reference["prompts"]], _spec_budget(reference))
     print(f"\nspeculative program, compile included: {time.perf_counter() - start:.1f} s")
-    for b in range(len(reference["prompts"])):
-        np.testing.assert_array_equal(out.new_tokens[b], ar.new_tokens[b])
-    assert out.text == ar.text
+    _assert_ar_prefix(out, ar, tok, _spec_budget(reference))
     assert out.stats["tokens_per_iteration"] > 1.0  # lookups were accepted, not only bonus tokens
 
 
@@ -118,10 +132,9 @@ def test_eagle_head_speculative_equals_autoregressive(smollm2, reference, ar_run
         model, params, head, head.init_params(jax.random.PRNGKey(0)), tokenizer=tok
     )
     start = time.perf_counter()
-    out = pipe.chat([p["messages"] for p in reference["prompts"]], reference["max_new_tokens"])
+    out = pipe.chat([p["messages"] for p in reference["prompts"]], _spec_budget(reference))
     print(f"\nEAGLE-1 program, compile included: {time.perf_counter() - start:.1f} s")
-    for b in range(len(reference["prompts"])):
-        np.testing.assert_array_equal(out.new_tokens[b], ar.new_tokens[b])
+    _assert_ar_prefix(out, ar, tok, _spec_budget(reference))
 
 
 def test_launcher_chat_prompts_are_the_templates_ids(smollm2, reference):
