@@ -9,9 +9,10 @@ the largest |logit|), so that a near-tie broken differently by another XLA build
 Exactly three programs of the 30-layer model are compiled: one autoregressive and two
 speculative (prompt lookup, and an untrained EAGLE-1 head reading the target's features; greedy,
 so each must equal autoregressive token for token), each decoding all prompts as one batch (64
-new tokens autoregressively, the first 32 speculatively). The model is fetched once (cached) and loaded once per
-session (`smollm2` in conftest.py). `tests/test_real_model_hf.py` (slow, needs torch) compares
-with transformers live: logits, cached decoding, the tokenizer and the negative control.
+new tokens autoregressively, the first 32 speculatively). The model is fetched once (cached)
+and loaded once per session (`smollm2` in conftest.py). `tests/test_real_model_hf.py` (slow,
+needs torch) compares with transformers live: logits, cached decoding, the tokenizer and the
+negative control.
 """
 
 import json

@@ -24,6 +24,7 @@ from specjax.decoding.decoders.speculative import SpeculativeSteps
 from specjax.decoding.drafters.base import feature_layers, is_drafter
 from specjax.decoding.drafters.feature_heads import check_feature_target
 from specjax.decoding.prefill import target_features
+from specjax.decoding.rules.point_mass import tree_point_mass_accept
 from specjax.decoding.rules.tree import tree_accept
 from specjax.decoding.sampling import Warper
 from specjax.decoding.state import last_tokens
@@ -193,10 +194,8 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
         index = jnp.maximum(path, 0)[:, :, None]  # [batch, depth + 1, 1]
         return jnp.take_along_axis(hidden, index, axis=1)
 
-    def verify(self, key, proposal, p):
-        """(tokens [batch, depth + 1], num_accepted [batch], path [batch, depth + 1]).
-
-        A dynamic tree's children must be point masses (`proposal.probs` None): its nodes were
+    def _check_children(self, proposal) -> None:
+        """A dynamic tree's children must be point masses (`proposal.probs` None): its nodes were
         kept or dropped by the draft's own scores, which the sampled-children rules do not
         allow for (biased; the tests plant that bug)."""
         if isinstance(self.tree, DynamicTree) and proposal.probs is not None:
@@ -205,7 +204,38 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
                 "point masses (probs None); the sampled-children rules are biased on a tree "
                 "pruned by its own draws"
             )
+
+    def verify(self, key, proposal, p):
+        """(tokens [batch, depth + 1], num_accepted [batch], path [batch, depth + 1])."""
+        self._check_children(proposal)
         return self.verify_tree(key, proposal, p)
+
+    def verify_point_mass(self, proposal, logits):
+        """`verify`'s result read off the target's argmax tokens where the warper is greedy,
+        else None (then `verify` runs `tree_accept` on p).
+
+        For a point-mass p, `tree_accept` descends into the first proposed child holding the
+        target's token at each node and emits that token where none does, whatever the
+        children's q (`rules.point_mass.tree_point_mass_accept`, proof there): the same tokens,
+        counts and path, without the [batch, N, vocab] residual passes. A subclass that replaces
+        `verify` or `verify_tree` keeps its own rule.
+        """
+        own = (TreeSpeculativeDecoder.verify, TreeSpeculativeDecoder.verify_tree)
+        if not self.warper.ends_greedy or (type(self).verify, type(self).verify_tree) != own:
+            return None
+        self._check_children(proposal)
+        batch = proposal.tokens.shape[0]
+        nodes = jnp.concatenate([jnp.zeros((batch, 1), jnp.int32), proposal.tokens], axis=1)
+        valid = proposal.valid
+        if valid is not None:
+            valid = jnp.concatenate([jnp.ones((batch, 1), bool), valid], axis=1)
+        return tree_point_mass_accept(
+            self.topology(proposal),
+            nodes,
+            self.warper.greedy_tokens(logits, no_mass=-1),  # [batch, N]; -1: p without mass
+            fill_value=0,
+            valid=valid,
+        )
 
     def verify_tree(self, key, proposal, p):
         """`tree_accept` on the proposal's tree (no check of what kind of children it has)."""

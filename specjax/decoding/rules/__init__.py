@@ -5,8 +5,9 @@ the tree rule: `acceptance.py` (token-wise, Leviathan et al. 2023), `block.py` (
 verification, Sun et al. 2024), `lossy.py` (the lossy contrasts), `tree.py` (`tree_accept`,
 SpecInfer's and Sequoia's multi-draft rule), and `_common.py`, the scaffolding they share
 (argument checks, float32 laws, residuals, the output layout), and `point_mass.py`, the
-lossless chain rules' outcome for a greedy target, from tokens alone. A new rule is one new
-file here and, to be selectable by name, one entry in `RULES` below.
+outcome of the lossless chain rules and of `tree_accept` for a greedy target, from tokens
+alone. A new rule is one new file here and, to be selectable by name, one entry in `RULES`
+below.
 
 `accept_rule("block")`: a rule is a function with `speculative_accept`'s signature and return,
 which a decoder takes as its static `accept` field. A name is "NAME" or "NAME:ARGS", ARGS

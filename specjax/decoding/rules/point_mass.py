@@ -19,6 +19,18 @@ the residual (about 1 ms per iteration at a 49,152-token vocabulary on a 2-core 
 decoders use it where the warper ends in `Greedy` and the rule carries it (`point_mass`
 attribute: `speculative_accept`, `block_accept`); tests/test_point_mass_accept.py checks it
 against both rules on random one-hot targets and random q, ragged `num_drafted` included.
+
+`tree_point_mass_accept` is the same for `tree_accept` (SpecInfer's and Sequoia's tree rule).
+At a node whose target token is a = argmax p, the residual r starts as one-hot(a); a child x is
+tried with the law Q it was drawn from (its own q, the parent's reduced q, or a point mass):
+  * x = a: r(x) = 1 >= Q(x), so the trial u Q(x) < r(x) succeeds for every u in [0, 1);
+  * x != a: r(x) = 0, rejected; then r <- norm(max(0, r − Q)) is one-hot(a) again (its only
+    mass is 1 − Q(a) at a; where it has none, the rule keeps r) and a deterministic child is
+    removed from r, which had no mass at x.
+So the walk descends into the first proposed child (rank order) holding a, emits a where no
+child does, and at a leaf emits the leaf's token: greedy decoding's tokens along the tree, and
+the same path (tests/test_tree_point_mass.py checks it against `tree_accept` on one-hot
+targets for both sibling rules, deterministic children, invalid nodes and per-row trees).
 """
 
 from __future__ import annotations
@@ -28,6 +40,8 @@ import jax.numpy as jnp
 
 from specjax import checks
 from specjax.decoding.rules._common import accepted_prefix, assemble_tokens
+from specjax.decoding.trees.topology import TokenTree
+from specjax.decoding.trees.traced import TracedTree
 
 
 def point_mass_accept(
@@ -80,3 +94,75 @@ def point_mass_accept(
     next_token = jnp.maximum(next_token, 0)  # no mass: the rules' draw from an all-zero row
     tokens = assemble_tokens(draft_tokens, num_accepted, next_token, fill_value)
     return tokens, num_accepted.astype(jnp.int32)
+
+
+def tree_point_mass_accept(
+    tree: TokenTree | TracedTree,
+    node_tokens: jax.Array,
+    target_tokens: jax.Array,
+    *,
+    fill_value: int = -1,
+    valid: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """`tree_accept`'s output for a point-mass target: the path of children that equal its tokens.
+
+    Args:
+      tree: a static `TokenTree` or a per-row `TracedTree`.
+      node_tokens: int [batch, N] the token at each node (entry 0, the root, is ignored).
+      target_tokens: int [batch, N] the token the target's p is a point mass on after each node
+        (`Warper.greedy_tokens` of its logits), or a negative value where p has no mass (no
+        child is accepted there and token 0 is emitted, as `point_mass_accept` does).
+      fill_value: written to tokens[b, n + 1:].
+      valid: bool [batch, N] nodes that were proposed (None: all); an invalid node is never
+        accepted.
+
+    Returns:
+      (tokens int32 [batch, max_depth + 1], num_accepted int32 [batch], path int32
+      [batch, max_depth + 1]) laid out as `tree_accept` returns them.
+    """
+    if not isinstance(tree, (TokenTree, TracedTree)):
+        raise TypeError(f"tree must be a TokenTree or a TracedTree; got {tree!r}")
+    checks.check_rank("node_tokens", node_tokens, 2, "[batch, num_nodes]")
+    checks.check_int("node_tokens", node_tokens)
+    batch, n = node_tokens.shape
+    for name, x in (("target_tokens", target_tokens), ("valid", valid)):
+        if x is not None and tuple(x.shape) != (batch, n):
+            raise ValueError(
+                f"{name} must have shape [batch, num_nodes] = [{batch}, {n}] like node_tokens; "
+                f"got {tuple(x.shape)}"
+            )
+    checks.check_int("target_tokens", target_tokens)
+    if n != tree.num_nodes:
+        raise ValueError(
+            f"node_tokens must have shape [batch, num_nodes] = [{batch}, {tree.num_nodes}] for "
+            f"a tree of {tree.num_nodes} nodes; got {tuple(node_tokens.shape)}"
+        )
+    depth = tree.max_depth
+    node_tokens = node_tokens.astype(jnp.int32)
+    target_tokens = target_tokens.astype(jnp.int32)
+    valid = jnp.ones((batch, n), bool) if valid is None else valid.astype(bool)
+    slots = tree.child_slots()  # [N, branch] (static) or [batch, N, branch] (traced)
+    node = jnp.zeros((batch,), jnp.int32)  # where each row's walk stands
+    going = jnp.ones((batch,), bool)  # every level so far accepted a child
+    path = [node]
+    for _ in range(depth):  # static: at most one level per depth
+        if isinstance(tree, TracedTree):
+            kids = jnp.take_along_axis(slots, node[:, None, None], axis=1)[:, 0]  # [batch, B]
+        else:
+            kids = jnp.asarray(slots)[node]  # [batch, branch], -1 padded
+        safe = jnp.maximum(kids, 0)
+        token = jnp.take_along_axis(target_tokens, node[:, None], axis=1)  # [batch, 1]
+        hit = (kids >= 0) & jnp.take_along_axis(valid, safe, axis=1)
+        hit = hit & (jnp.take_along_axis(node_tokens, safe, axis=1) == token) & going[:, None]
+        first = jnp.argmax(hit, axis=1)  # the first hit in rank order
+        going = hit.any(axis=1)
+        chosen = jnp.take_along_axis(kids, first[:, None], axis=1)[:, 0]
+        node = jnp.where(going, chosen, node)
+        path.append(jnp.where(going, chosen, -1))
+    path = jnp.stack(path, axis=1)  # [batch, depth + 1]: 0, the accepted nodes, then -1
+    num_accepted = (path[:, 1:] >= 0).sum(axis=1).astype(jnp.int32)
+    last = jnp.take_along_axis(target_tokens, node[:, None], axis=1)[:, 0]
+    last = jnp.maximum(last, 0)  # no mass: the rules' draw from an all-zero row
+    accepted = jnp.take_along_axis(node_tokens, jnp.maximum(path[:, 1:], 0), axis=1)
+    tokens = assemble_tokens(accepted, num_accepted, last, fill_value)
+    return tokens, num_accepted, path.astype(jnp.int32)
