@@ -224,11 +224,7 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
         if not self.warper.ends_greedy or (type(self).verify, type(self).verify_tree) != own:
             return None
         self._check_children(proposal)
-        batch = proposal.tokens.shape[0]
-        nodes = jnp.concatenate([jnp.zeros((batch, 1), jnp.int32), proposal.tokens], axis=1)
-        valid = proposal.valid
-        if valid is not None:
-            valid = jnp.concatenate([jnp.ones((batch, 1), bool), valid], axis=1)
+        nodes, valid = _with_root(proposal)
         return tree_point_mass_accept(
             self.topology(proposal),
             nodes,
@@ -239,15 +235,10 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
 
     def verify_tree(self, key, proposal, p):
         """`tree_accept` on the proposal's tree (no check of what kind of children it has)."""
-        batch = proposal.tokens.shape[0]
-        root = jnp.zeros((batch, 1), jnp.int32)
-        node_tokens = jnp.concatenate([root, proposal.tokens], axis=1)
+        node_tokens, valid = _with_root(proposal)
         probs = proposal.probs
         if probs is not None:
             probs = jnp.concatenate([jnp.zeros_like(probs[:, :1]), probs], axis=1)
-        valid = proposal.valid
-        if valid is not None:
-            valid = jnp.concatenate([jnp.ones((batch, 1), bool), valid], axis=1)
         return tree_accept(
             key,
             self.topology(proposal),
@@ -296,3 +287,14 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
         one_hot = ranks[..., None] == jnp.arange(tree.max_branch)[None, None, :]
         rank = (one_hot & accepted[..., None]).astype(jnp.int32)  # [batch, depth, branch]
         return accepted, tested, rank
+
+
+def _with_root(proposal):
+    """The proposal's nodes with the root (node 0) in front: (tokens int32 [batch, N], the
+    root's entry 0; valid bool [batch, N] with the root valid, or None)."""
+    batch = proposal.tokens.shape[0]
+    nodes = jnp.concatenate([jnp.zeros((batch, 1), jnp.int32), proposal.tokens], axis=1)
+    valid = proposal.valid
+    if valid is not None:
+        valid = jnp.concatenate([jnp.ones((batch, 1), bool), valid], axis=1)
+    return nodes, valid

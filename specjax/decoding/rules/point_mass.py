@@ -125,13 +125,10 @@ def tree_point_mass_accept(
     checks.check_rank("node_tokens", node_tokens, 2, "[batch, num_nodes]")
     checks.check_int("node_tokens", node_tokens)
     batch, n = node_tokens.shape
-    for name, x in (("target_tokens", target_tokens), ("valid", valid)):
-        if x is not None and tuple(x.shape) != (batch, n):
-            raise ValueError(
-                f"{name} must have shape [batch, num_nodes] = [{batch}, {n}] like node_tokens; "
-                f"got {tuple(x.shape)}"
-            )
+    checks.check_shape("target_tokens", target_tokens, (batch, n), "[batch, num_nodes]")
     checks.check_int("target_tokens", target_tokens)
+    if valid is not None:
+        checks.check_shape("valid", valid, (batch, n), "[batch, num_nodes]")
     if n != tree.num_nodes:
         raise ValueError(
             f"node_tokens must have shape [batch, num_nodes] = [{batch}, {tree.num_nodes}] for "
@@ -141,15 +138,16 @@ def tree_point_mass_accept(
     node_tokens = node_tokens.astype(jnp.int32)
     target_tokens = target_tokens.astype(jnp.int32)
     valid = jnp.ones((batch, n), bool) if valid is None else valid.astype(bool)
-    slots = tree.child_slots()  # [N, branch] (static) or [batch, N, branch] (traced)
+    traced = isinstance(tree, TracedTree)
+    slots = jnp.asarray(tree.child_slots())  # [N, branch] (static) or [batch, N, branch]
     node = jnp.zeros((batch,), jnp.int32)  # where each row's walk stands
     going = jnp.ones((batch,), bool)  # every level so far accepted a child
     path = [node]
     for _ in range(depth):  # static: at most one level per depth
-        if isinstance(tree, TracedTree):
+        if traced:
             kids = jnp.take_along_axis(slots, node[:, None, None], axis=1)[:, 0]  # [batch, B]
         else:
-            kids = jnp.asarray(slots)[node]  # [batch, branch], -1 padded
+            kids = slots[node]  # [batch, branch], -1 padded
         safe = jnp.maximum(kids, 0)
         token = jnp.take_along_axis(target_tokens, node[:, None], axis=1)  # [batch, 1]
         hit = (kids >= 0) & jnp.take_along_axis(valid, safe, axis=1)
