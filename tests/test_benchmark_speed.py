@@ -64,6 +64,7 @@ def test_overhead_breakdown_is_the_iteration_minus_its_model_calls():
     assert b["calls"] == pytest.approx(b["t_verify"] + 2 * b["t_draft"])
     assert b["ovh"] == pytest.approx(b["iteration"] - b["calls"])  # one round: no median
     assert b["ovh_share"] == pytest.approx(b["ovh"] / b["t_target_1"])
+    assert b["ovh_share_mean"] == pytest.approx(b["ovh_share"])  # one round: mean = median
     assert b["t_draft"] > 0 and b["ar_ratio"] == pytest.approx(b["ar_iteration"] / b["t_target_1"])
     expected = {"target warp (γ+1 rows)", "acceptance rule", "draft draw (per step)"}
     assert expected <= set(b["pieces"]) and all(v > 0 for v in b["pieces"].values())
