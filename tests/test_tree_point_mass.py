@@ -112,13 +112,20 @@ def _rule(name: str, mode: str):
     return jax.jit(run, static_argnums=static)
 
 
+@functools.cache
+def _jitted(shortcut, name: str):
+    """`shortcut` as one program per topology (called eagerly, it compiles op by op)."""
+    static = None if name == "traced" else (0,)
+    return jax.jit(shortcut, static_argnums=static, static_argnames="fill_value")
+
+
 def _compare(name: str, mode: str, shortcut=tree_point_mass_accept, seeds=range(3)) -> int:
     """Rows where `shortcut` and tree_accept disagree, over `seeds` (each with its own key)."""
     mismatched = 0
     for seed in seeds:
         tree, nodes, q, p, target, valid = _case(seed, name, mode)
         want = _rule(name, mode)(jax.random.key(seed), tree, nodes, q, p, valid)
-        got = shortcut(tree, nodes, target, fill_value=-1, valid=valid)
+        got = _jitted(shortcut, name)(tree, nodes, target, fill_value=-1, valid=valid)
         rows = np.zeros(BATCH, bool)
         for a, b in zip(got, want, strict=True):
             a, b = np.asarray(a), np.asarray(b)
@@ -133,7 +140,7 @@ def test_tree_accept_equals_it_on_one_hot_targets(name, mode):
     assert _compare(name, mode) == 0
     # The cases reach every depth (up to 3): a comparison of empty paths would prove little.
     tree, nodes, _, _, target, valid = _case(0, name, mode)
-    _, n, _ = tree_point_mass_accept(tree, nodes, target, valid=valid)
+    _, n, _ = _jitted(tree_point_mass_accept, name)(tree, nodes, target, valid=valid)
     reach = min(tree.max_depth, 3)
     assert np.bincount(np.asarray(n), minlength=reach + 1)[: reach + 1].min() > 0
 
