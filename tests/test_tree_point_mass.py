@@ -182,6 +182,11 @@ class _WithoutShortcut(TreeSpeculativeDecoder):
         return None
 
 
+def _as(cls, decoder):
+    """`decoder`'s fields in a subclass `cls` of its class."""
+    return cls(**{f.name: getattr(decoder, f.name) for f in dataclasses.fields(decoder)})
+
+
 def _generate(decoder, params, ds):
     return decoder.generate(
         *params, prompts=ds.PROMPTS, key=jax.random.key(0), max_new_tokens=ds.MAX_NEW
@@ -205,7 +210,7 @@ def test_greedy_tree_decoders_emit_the_same_with_and_without_the_shortcut(monkey
     }
     for name, (draft, tree, d_params) in cases.items():
         fast = TreeSpeculativeDecoder(ds.TARGET, draft, tree, ds.GREEDY, cache_len=ds.CACHE_LEN)
-        slow = _WithoutShortcut(**{f.name: getattr(fast, f.name) for f in dataclasses.fields(fast)})
+        slow = _as(_WithoutShortcut, fast)
         runs = [_generate(d, (ds.target_params(), d_params), ds) for d in (fast, slow)]
         np.testing.assert_array_equal(runs[0].tokens, runs[1].tokens, err_msg=name)
         np.testing.assert_array_equal(runs[0].lengths, runs[1].lengths, err_msg=name)
@@ -232,9 +237,7 @@ def test_the_shortcut_is_greedy_only_and_a_replaced_verify_keeps_its_rule():
     tokens, n, _ = greedy.verify_point_mass(proposal, logits)
     assert tokens.tolist() == [[3, 0, 0]] * batch and n.tolist() == [0] * batch
     assert sampled.verify_point_mass(proposal, logits) is None
-    replaced = _WithoutShortcut(
-        **{f.name: getattr(greedy, f.name) for f in dataclasses.fields(greedy)}
-    )
+    replaced = _as(_WithoutShortcut, greedy)
     assert replaced.verify_point_mass(proposal, logits) is None
 
     @dataclasses.dataclass(frozen=True)
@@ -242,5 +245,5 @@ def test_the_shortcut_is_greedy_only_and_a_replaced_verify_keeps_its_rule():
         def verify_tree(self, key, proposal, p):
             return super().verify_tree(key, proposal, p)
 
-    own = OwnVerifyTree(**{f.name: getattr(greedy, f.name) for f in dataclasses.fields(greedy)})
+    own = _as(OwnVerifyTree, greedy)
     assert own.verify_point_mass(proposal, logits) is None
