@@ -96,6 +96,7 @@ def write_tiny_gguf(
     extra_tensors: dict | None = None,
     raw_tensors: dict | None = None,
     seed: int = 0,
+    endianess=gguf.GGUFEndian.LITTLE,
 ) -> dict:
     """Writes a random tiny Llama GGUF to `path`.
 
@@ -113,6 +114,7 @@ def write_tiny_gguf(
       extra_tensors: {gguf name: float32 array} written as F32 besides the model's.
       raw_tensors: {gguf name: (uint8 array, GGMLQuantizationType)} written as given.
       seed: numpy seed of the weights.
+      endianess: the file's byte order (`gguf.GGUFEndian.BIG`: as written on a big-endian host).
 
     Returns:
       {HF Llama name: float32 array}: the weights a correct loader recovers.
@@ -188,7 +190,7 @@ def write_tiny_gguf(
         "tokenizer.chat_template": (TEMPLATE, V.STRING),
     }
     fields.update(meta or {})
-    writer = gguf.GGUFWriter(str(path), arch)
+    writer = gguf.GGUFWriter(str(path), arch, endianess=endianess)
     for key, (value, vtype) in fields.items():
         if key in drop:
             continue

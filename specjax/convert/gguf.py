@@ -2,8 +2,9 @@
 
     model, params, tokenizer = load_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")
 
-The file is read with the `gguf` package (the reader llama.cpp maintains on PyPI), and every
-weight is dequantized by its `gguf.quants.dequantize` (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
+The file is parsed by `convert/gguf_file.py` (metadata and tensor table, memory-mapped), and
+every weight is dequantized by the `gguf` package's `gguf.quants.dequantize` (the code
+llama.cpp maintains on PyPI) (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
 Q8_0 and the K-quants Q2_K..Q6_K), then held in float32 or bfloat16: specjax computes on
 dequantized weights, so a 4-bit file takes the memory of its float model.
 
@@ -29,6 +30,7 @@ import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
+from specjax.convert.gguf_file import GGUFFile
 from specjax.convert.gguf_tokenizer import tokenizer_from_gguf
 from specjax.convert.hf import params_from_hf
 from specjax.models.layout import resolve_matmul, with_matmul
@@ -71,34 +73,22 @@ BLOCK_TENSORS = {
 }
 
 
-def read_gguf(path) -> gguf.GGUFReader:
+def read_gguf(path) -> GGUFFile:
     """Opens a GGUF file (memory-mapped); one-line ValueError if it is truncated or corrupt."""
     path = os.fspath(path)
     size = os.path.getsize(path)
     try:
-        return gguf.GGUFReader(path)
-    except (ValueError, IndexError, KeyError, TypeError, OverflowError, UnicodeDecodeError) as e:
-        # gguf's reader fails on whatever it meets first: a short read of the header
-        # (IndexError), a string cut in the metadata (UnicodeDecodeError), tensor data
-        # shorter than its shape (ValueError from reshape), a bad magic or version.
-        reason = " ".join(str(e).split()) or type(e).__name__
+        return GGUFFile.open(path)
+    except ValueError as e:
+        reason = " ".join(str(e).split())
         raise ValueError(
-            f"{path}: not a readable GGUF file, truncated or corrupt ({size} bytes; the reader "
-            f"stopped with {type(e).__name__}: {reason[:160]})"
+            f"{path}: not a readable GGUF file, truncated or corrupt ({size} bytes; {reason[:200]})"
         ) from e
 
 
-def read_metadata(reader: gguf.GGUFReader) -> dict:
-    """{key: value} of a file's metadata (strings, numbers, bools, lists), `GGUF.*` excluded."""
-    meta = {}
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF."):
-            continue
-        try:
-            meta[key] = field.contents()
-        except (IndexError, ValueError, UnicodeDecodeError) as e:
-            raise ValueError(f"metadata field {key!r} is corrupt: {e}") from e
-    return meta
+def read_metadata(reader: GGUFFile) -> dict:
+    """{key: value} of a file's metadata (strings, numbers, bools, lists)."""
+    return dict(reader.metadata)
 
 
 def unpermute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -212,7 +202,7 @@ def _hf_name(name: str) -> str:
     return name
 
 
-def hf_tensors(reader: gguf.GGUFReader, hf: dict, path: str = "GGUF file", unpermute=True):
+def hf_tensors(reader: GGUFFile, hf: dict, path: str = "GGUF file", unpermute=True):
     """{HF Llama name: float32 numpy array} of every tensor, dequantized and un-permuted.
 
     Args:
@@ -226,14 +216,14 @@ def hf_tensors(reader: gguf.GGUFReader, hf: dict, path: str = "GGUF file", unper
     """
     tensors = {}
     for t in reader.tensors:
-        qtype = Q(int(t.tensor_type))
+        qtype = t.tensor_type
         if qtype not in SUPPORTED_TYPES:
             raise ValueError(
                 f"{path}: tensor {t.name!r} has type {qtype.name}, which specjax does not "
                 f"dequantize (supported: {', '.join(q.name for q in SUPPORTED_TYPES)})"
             )
         value = np.asarray(gguf.quants.dequantize(t.data, qtype), np.float32)
-        shape = tuple(int(n) for n in reversed(t.shape.tolist()))  # ggml lists ne0 (in) first
+        shape = t.shape[::-1]  # ggml lists ne0 (in) first
         value = value.reshape(shape)
         name = _hf_name(t.name)
         if unpermute and name.endswith(("self_attn.q_proj.weight", "self_attn.q_proj.bias")):
@@ -251,7 +241,7 @@ def check_dtype(dtype) -> str:
     return dtype
 
 
-def params_from_gguf(reader: gguf.GGUFReader, dtype: str = "float32", *, path="GGUF file"):
+def params_from_gguf(reader: GGUFFile, dtype: str = "float32", *, path="GGUF file"):
     """(TransformerConfig, params) of an open GGUF file.
 
     Args:
