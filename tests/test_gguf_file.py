@@ -210,7 +210,9 @@ def _damage():
     yield "duplicate", _patched(body, at["second"] + 8, b"w"), "'w' appears twice"
     offset = tensor_type + 4
     yield "past the end", _patched(body, offset, struct.pack("<Q", 4096)), "past the end"
-    block = _patched(body, at["info"] + len(_s("w")) + 4 + 16, struct.pack("<I", int(Q.Q8_0)))
+    dims = at["info"] + len(_s("w")) + 4
+    yield "huge dims", _patched(body, dims, struct.pack("<QQ", 2**62, 2**62)), "past the end"
+    block = _patched(body, dims + 16, struct.pack("<I", int(Q.Q8_0)))
     yield "partial block", block, "not whole Q8_0 blocks"
     odd, _ = _hand_written(alignment=48)
     yield "alignment", odd, "general.alignment=48"
@@ -235,7 +237,7 @@ def test_the_damage_cases_damage_a_file_that_reads():
     body, at = _hand_written()
     for name, damaged, _ in DAMAGE:
         assert damaged != body, name
-    assert len(DAMAGE) == 14 and at["data"] > 0
+    assert len(DAMAGE) == 15 and at["data"] > 0
 
 
 def test_an_empty_file_says_so(tmp_path):

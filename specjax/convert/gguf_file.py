@@ -26,6 +26,7 @@ what and where; nothing is read beyond the file.
 from __future__ import annotations
 
 import dataclasses
+import math
 import mmap
 import os
 import struct
@@ -109,7 +110,7 @@ class _Cursor:
             )
 
     def scalar(self, fmt: str, what: str):
-        n = struct.calcsize(fmt)
+        n = struct.calcsize(self.order + fmt)
         self.need(n, what)
         (value,) = struct.unpack_from(self.order + fmt, self.buf, self.pos)
         self.pos += n
@@ -229,7 +230,7 @@ def _parse(path: str, buf) -> GGUFFile:
 def _tensor(buf, order, data_offset, name, qtype, dims, offset) -> GGUFTensor:
     """The memory-mapped view of one tensor's data (see GGUFTensor.data)."""
     block, type_size = GGML_QUANT_SIZES[qtype]
-    n = int(np.prod(dims, dtype=np.int64)) if dims else 1
+    n = math.prod(dims)  # Python ints: corrupt dims cannot wrap around
     row = dims[0] if dims else 1
     if row % block:
         raise ValueError(f"tensor {name!r}: rows of {row} are not whole {qtype.name} blocks")
