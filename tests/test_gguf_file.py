@@ -218,6 +218,9 @@ def _damage():
     yield "alignment", odd, "general.alignment=48"
     zero, _ = _hand_written(alignment=0)
     yield "zero alignment", zero, "general.alignment=0"
+    old = _pair("general.alignment", 4, struct.pack("<I", 64))
+    as_bool = body.replace(old, _pair("general.alignment", 7, struct.pack("<?", True)))
+    yield "bool alignment", as_bool, "general.alignment=True"
 
 
 DAMAGE = list(_damage())
@@ -237,7 +240,7 @@ def test_the_damage_cases_damage_a_file_that_reads():
     body, at = _hand_written()
     for name, damaged, _ in DAMAGE:
         assert damaged != body, name
-    assert len(DAMAGE) == 15 and at["data"] > 0
+    assert len(DAMAGE) == 16 and at["data"] > 0
 
 
 def test_an_empty_file_says_so(tmp_path):

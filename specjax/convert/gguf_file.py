@@ -215,7 +215,8 @@ def _parse(path: str, buf) -> GGUFFile:
             raise ValueError(f"{what} has type {raw_type}, which is not a ggml type") from None
         infos.append((name, qtype, dims, offset))
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-    if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+    bad = isinstance(alignment, bool) or not isinstance(alignment, int)
+    if bad or alignment <= 0 or alignment & (alignment - 1):
         raise ValueError(f"general.alignment={alignment!r} is not a power of two")
     data_offset = -(-cur.pos // alignment) * alignment
     tensors, seen = [], set()
