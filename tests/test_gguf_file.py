@@ -248,3 +248,13 @@ def test_an_empty_file_says_so(tmp_path):
     path.write_bytes(b"")
     with pytest.raises(ValueError, match="empty"):
         GGUFFile.open(path)
+
+
+@pytest.mark.long
+def test_smollm2_reads_as_llama_cpps_reader_reads_it():
+    # The real file (49,152 tokens, 48,900 merges, 272 tensors in F32, Q8_0 and Q4_1): about 3 s,
+    # nearly all of it gguf.GGUFReader's, so not in CI (run with --long).
+    from specjax.pretrained import fetch
+
+    ours = _assert_same_as_gguf_reader(fetch("smollm2-135m-instruct"))
+    assert len(ours.tensors) == 272 and len(ours.metadata["tokenizer.ggml.tokens"]) == 49152
