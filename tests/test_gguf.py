@@ -273,6 +273,15 @@ def test_truncated_files_fail_in_one_line_naming_the_file(tmp_path, where):
     assert "\n" not in text
 
 
+def test_a_big_endian_file_is_refused_not_loaded_as_garbage(tmp_path):
+    # gguf.quants.dequantize reads numbers in little-endian order; the file parses (its tensors
+    # are checked byte for byte in tests/test_gguf_file.py) but its weights would be garbage.
+    path = tmp_path / "big.gguf"
+    write_tiny_gguf(path, qtype=Q.F32, embed_qtype=Q.F32, endianess=gguf.GGUFEndian.BIG)
+    with pytest.raises(ValueError, match=r"big\.gguf: a big-endian GGUF file; specjax loads"):
+        load_gguf(path)
+
+
 def test_not_a_gguf_file(tmp_path):
     bad = tmp_path / "notes.gguf"
     bad.write_text("hello, this is not a model\n" * 10)

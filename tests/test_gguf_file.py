@@ -63,6 +63,7 @@ def test_reads_what_llama_cpps_reader_reads(tmp_path, qtype, embed_qtype):
     write_tiny_gguf(path, qtype=qtype, embed_qtype=embed_qtype)
     ours = _assert_same_as_gguf_reader(path)
     assert {t.tensor_type for t in ours.tensors} >= {qtype, embed_qtype}
+    assert ours.byte_order == "<"
 
 
 def test_k_quant_tensors_read_as_llama_cpps_reader_reads_them(tmp_path):
@@ -85,6 +86,7 @@ def test_a_big_endian_file_reads_as_llama_cpps_reader_reads_it(tmp_path):
     path = tmp_path / "big.gguf"
     expected = write_tiny_gguf(path, qtype=Q.F32, embed_qtype=Q.F32, endianess=gguf.GGUFEndian.BIG)
     ours = _assert_same_as_gguf_reader(path)
+    assert ours.byte_order == ">"
     norm = next(t for t in ours.tensors if t.name == "output_norm.weight")
     assert norm.data.dtype.byteorder == ">"
     np.testing.assert_array_equal(norm.data, expected["norm.weight"])  # the numbers, not bytes

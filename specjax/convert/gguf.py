@@ -2,11 +2,11 @@
 
     model, params, tokenizer = load_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")
 
-The file is parsed by `convert/gguf_file.py` (metadata and tensor table, memory-mapped), and
-every weight is dequantized by the `gguf` package's `gguf.quants.dequantize` (the code
-llama.cpp maintains on PyPI) (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
-Q8_0 and the K-quants Q2_K..Q6_K), then held in float32 or bfloat16: specjax computes on
-dequantized weights, so a 4-bit file takes the memory of its float model.
+The file is parsed by `convert/gguf_file.py` (metadata and tensor table, memory-mapped). Every
+weight is dequantized by `gguf.quants.dequantize`, from the `gguf` package that llama.cpp
+maintains on PyPI (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants Q2_K..Q6_K),
+then held in float32 or bfloat16: specjax computes on dequantized weights, so a 4-bit file
+takes the memory of its float model.
 
 The mapping reuses the Hugging Face Llama converter (`convert/llama.py`): the `llama.*`
 metadata becomes a config.json-like dict for `llama_config`, and the tensors are renamed to
@@ -19,7 +19,8 @@ and specjax share. The head is tied when the file has no `output.weight`.
 Anything specjax does not model is refused with one line naming the field: another
 `general.architecture`, experts (`llama.expert_count` > 0), RoPE scaling, a rotary dimension
 other than the head size, tokenizers other than `gpt2` (`gguf_tokenizer.py`), quantization
-types outside the list above (naming the tensor), and truncated or corrupt files.
+types outside the list above (naming the tensor), big-endian files, and truncated or corrupt
+files.
 """
 
 from __future__ import annotations
@@ -214,6 +215,13 @@ def hf_tensors(reader: GGUFFile, hf: dict, path: str = "GGUF file", unpermute=Tr
     Raises:
       ValueError: a tensor has a type specjax does not dequantize, naming both.
     """
+    if reader.byte_order != "<":
+        # gguf.quants.dequantize reads every number (F32 data, the scales inside quantized
+        # blocks) in the host's little-endian order: a big-endian file would load as garbage.
+        raise ValueError(
+            f"{path}: a big-endian GGUF file; specjax loads little-endian files only (llama.cpp "
+            "writes big-endian ones only when asked, for big-endian hosts)"
+        )
     tensors = {}
     for t in reader.tensors:
         qtype = t.tensor_type

@@ -161,6 +161,8 @@ class GGUFFile:
       metadata: {key: value} in file order: str, int, float, bool or (nested) lists of them.
       tensors: in file order.
       data_offset: where the data section starts (bytes from the start of the file).
+      byte_order: "<" (little-endian, what llama.cpp writes by default) or ">" (written for a
+        big-endian host: every number, including those inside quantized blocks, byte-swapped).
     """
 
     path: str
@@ -168,6 +170,7 @@ class GGUFFile:
     metadata: dict
     tensors: list[GGUFTensor]
     data_offset: int
+    byte_order: str = "<"
 
     @classmethod
     def open(cls, path) -> GGUFFile:
@@ -225,7 +228,7 @@ def _parse(path: str, buf) -> GGUFFile:
             raise ValueError(f"tensor {name!r} appears twice")
         seen.add(name)
         tensors.append(_tensor(buf, order, data_offset, name, qtype, dims, offset))
-    return GGUFFile(path, version, metadata, tensors, data_offset)
+    return GGUFFile(path, version, metadata, tensors, data_offset, order)
 
 
 def _tensor(buf, order, data_offset, name, qtype, dims, offset) -> GGUFTensor:
