@@ -36,7 +36,7 @@ from specjax.decoding.trees.topology import draw_children
 NUM_STATES = 23
 NUM_SAMPLES = 1 << 20
 CHUNK = 1 << 16
-BLOCK = CHUNK // 8  # rows per verifier call, taken from the rows still needing tokens (`_sample`)
+BLOCK = CHUNK // 4  # rows per verifier call, taken from the rows still needing tokens (`_sample`)
 MIN_EXPECTED = 5.0
 
 
