@@ -63,6 +63,23 @@ XLA's default level: AR step 27.2 -> 33.5 ms, T(16) 51.2 -> 68.4 ms; scripts/ben
 Set `SPECJAX_TEST_FUSION_EMITTERS=1`, or put the flag in XLA_FLAGS yourself, to keep
 XLA's default everywhere.
 
+XLA:CPU's parallel code generation: off in the session. XLA:CPU splits each program's LLVM
+module into parts and compiles them on a thread pool; with two xdist workers on two cores there is
+no idle core to give them, and the split costs work of its own.
+`--xla_cpu_parallel_codegen_split_count=1` compiles one module per program. Measured
+(2-core CPU, quiet, 2026-11-28): three decoder programs (tests/decoding_setup.py's pair:
+speculative sampling, a (2, 2, 1) tree, AR on the Llama target), backend compile only, median of
+five alternating rounds on one core (`taskset -c 0`, as under xdist): 2.64 -> 2.18 s; on two
+idle cores 2.06 -> 1.90 s. Eight compile-bound files (eagle3, tree_decoding, readme,
+decoding_fixture, adaptive_gamma, lossy_accept, drafters, beam) at -n 2, alternating: 98.9 /
+106.0 -> 93.3 / 99.5 s. Three runtime-bound files (tree_accept_stats, acceptance_stats,
+tree_decoding_sampling) at -n 2: 136.9 / 139.2 -> 142.2 / 139.8 s, within their noise. The
+decoding fixture is bit-identical. Set it in XLA_FLAGS yourself to override.
+Tried beside it on the same three programs and dropped (no change beyond noise):
+`xla_llvm_disable_expensive_passes`, `xla_cpu_use_xnnpack=false`,
+`xla_cpu_enable_concurrency_optimized_scheduler=false`, `xla_embed_ir_in_executable=false`; and
+for the runtime-bound files `xla_cpu_multi_thread_eigen=false` (145.9 s).
+
 Two Python-side settings, measured on 2026-11-28 (2-core CPU, quiet):
 - MLIR locations of one frame, not full tracebacks (`JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS=
   false`, inherited by workers, subprocesses and kernels): the traceback of every op travels into
@@ -92,6 +109,7 @@ from specjax import pretrained
 _SESSION_KEY = "SPECJAX_TEST_SESSION_DIR"
 OPT_FLAG = "xla_backend_optimization_level"
 EMITTER_FLAG = "xla_cpu_use_fusion_emitters"  # off for compile-bound programs (module doc)
+SPLIT_FLAG = "xla_cpu_parallel_codegen_split_count"
 # For the `runtime_bound` files and tests (see the module doc).
 RUNTIME_OPT_LEVEL = int(os.environ.get("SPECJAX_TEST_RUNTIME_OPT_LEVEL", "1"))
 
@@ -120,6 +138,8 @@ def _session_caches() -> None:
         flags = f"{flags} --{OPT_FLAG}={level}"
     if EMITTER_FLAG not in flags and os.environ.get("SPECJAX_TEST_FUSION_EMITTERS") != "1":
         flags = f"{flags} --{EMITTER_FLAG}=false"
+    if SPLIT_FLAG not in flags:  # one LLVM module per program: the cores are busy (module doc)
+        flags = f"{flags} --{SPLIT_FLAG}=1"
     os.environ["XLA_FLAGS"] = flags.strip()
 
 
