@@ -53,11 +53,15 @@ pattern sets per fusion. `--xla_cpu_use_fusion_emitters=false` sends fusions to 
 LLVM IR emitter instead. Measured (2-core CPU, quiet, 2026-11-27): one EAGLE decoder's three
 programs 4.2 -> 2.7-3.2 s of compilation; tests/test_medusa.py + tests/test_acceptance_stats.py
 (-n 0, alternating, two runs each, the emitters then off at level 1 too) 117 / 121 -> 108 /
-99 s. The decoding fixture is bit-identical either way. Runtime-bound programs (the marked files
-and tests) keep the fusion emitters, through the same per-compilation options as their level:
-with the older emitter one of them (in tests/test_adaptive_gamma_sampling.py) ran for minutes
-(over 4 alone, over 10 in a CI run) in a loop of memory copies, where the whole file takes
-under a minute. At run time the older emitter is the slower one (SmolLM2-135M, packed layout,
+99 s. The decoding fixture is bit-identical either way. The runtime-bound programs (level 1)
+compile with the older emitter too, except in files and tests marked `fusion_emitters`, which
+keep XLA's default through the same per-compilation options as their level: with the older
+emitter one program of tests/test_adaptive_gamma_sampling.py ran for minutes (over 4 alone,
+over 10 in a CI run) in a loop of memory copies, where the whole file takes under a minute.
+The twelve other runtime-bound files at -n 2 (quiet, 2026-11-28, alternating): 287.7 / 291.6 s
+with the fusion emitters, 235.0 / 237.1 s without; every file faster (tree_accept_stats 133 ->
+123 s, acceptance_stats 65 -> 49, testing_kit 33 -> 22), no test slower by more than 0.7 s.
+At run time the older emitter is the slower one (SmolLM2-135M, packed layout,
 XLA's default level: AR step 27.2 -> 33.5 ms, T(16) 51.2 -> 68.4 ms; scripts/bench_real.py
 --parts=speed), so it is a test-session setting, and `specjax.configure_cpu()` leaves it alone.
 Set `SPECJAX_TEST_FUSION_EMITTERS=1`, or put the flag in XLA_FLAGS yourself, to keep
@@ -193,7 +197,13 @@ def _release_compiled_programs():
         gc.collect()
 
 
-_optimized = {"on": False}
+_optimized = {"on": False, "emitters": False}
+
+
+def _emitters_everywhere() -> bool:
+    """XLA's fusion emitters asked for in the whole session (module doc)."""
+    asked = f"--{EMITTER_FLAG}=true" in os.environ.get("XLA_FLAGS", "")
+    return asked or os.environ.get("SPECJAX_TEST_FUSION_EMITTERS") == "1"
 
 
 def _install_optimization_switch() -> None:
@@ -215,8 +225,13 @@ def _install_optimization_switch() -> None:
     def create_compile_options(computation, *args):
         *rest, compiler_options = args
         if _optimized["on"] and OPT_FLAG not in compiler_options:
-            # Runtime-bound programs also keep XLA's fusion emitters (its default).
-            compiler_options = {**compiler_options, OPT_FLAG: RUNTIME_OPT_LEVEL, EMITTER_FLAG: True}
+            # Files and tests marked `fusion_emitters` keep XLA's default emitters (module doc).
+            emitters = _optimized["emitters"] or _emitters_everywhere()
+            compiler_options = {
+                **compiler_options,
+                OPT_FLAG: RUNTIME_OPT_LEVEL,
+                EMITTER_FLAG: emitters,
+            }
         return original(computation, *rest, compiler_options)
 
     pxla.create_compile_options = create_compile_options
@@ -227,20 +242,23 @@ _install_optimization_switch()
 
 @pytest.fixture(autouse=True, scope="module")
 def _optimize_runtime_bound(request):
-    """Files marked `runtime_bound` compile at RUNTIME_OPT_LEVEL (their module fixtures too)."""
+    """Files marked `runtime_bound` compile at RUNTIME_OPT_LEVEL (their module fixtures too), with
+    XLA's fusion emitters where also marked `fusion_emitters`."""
     _optimized["on"] = request.node.get_closest_marker("runtime_bound") is not None
+    _optimized["emitters"] = request.node.get_closest_marker("fusion_emitters") is not None
     yield
-    _optimized["on"] = False
+    _optimized.update(on=False, emitters=False)
 
 
 @pytest.fixture(autouse=True)
 def _optimize_runtime_bound_test(request):
     """So do single tests marked `runtime_bound` in files that are not (a test's closest
     marker includes its file's)."""
-    saved = _optimized["on"]
+    saved = dict(_optimized)
     _optimized["on"] = request.node.get_closest_marker("runtime_bound") is not None
+    _optimized["emitters"] = request.node.get_closest_marker("fusion_emitters") is not None
     yield
-    _optimized["on"] = saved
+    _optimized.update(saved)
 
 
 @pytest.fixture(scope="session")
