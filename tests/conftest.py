@@ -112,7 +112,7 @@ from specjax import pretrained
 
 _SESSION_KEY = "SPECJAX_TEST_SESSION_DIR"
 OPT_FLAG = "xla_backend_optimization_level"
-EMITTER_FLAG = "xla_cpu_use_fusion_emitters"  # off for compile-bound programs (module doc)
+EMITTER_FLAG = "xla_cpu_use_fusion_emitters"  # off unless marked fusion_emitters (module doc)
 SPLIT_FLAG = "xla_cpu_parallel_codegen_split_count"
 # For the `runtime_bound` files and tests (see the module doc).
 RUNTIME_OPT_LEVEL = int(os.environ.get("SPECJAX_TEST_RUNTIME_OPT_LEVEL", "1"))
