@@ -198,12 +198,19 @@ def _release_compiled_programs():
 
 
 _optimized = {"on": False, "emitters": False}
+# XLA's fusion emitters asked for in the whole session (module doc): read once, at start-up.
+_EMITTERS_EVERYWHERE = (
+    f"--{EMITTER_FLAG}=true" in os.environ.get("XLA_FLAGS", "")
+    or os.environ.get("SPECJAX_TEST_FUSION_EMITTERS") == "1"
+)
 
 
-def _emitters_everywhere() -> bool:
-    """XLA's fusion emitters asked for in the whole session (module doc)."""
-    asked = f"--{EMITTER_FLAG}=true" in os.environ.get("XLA_FLAGS", "")
-    return asked or os.environ.get("SPECJAX_TEST_FUSION_EMITTERS") == "1"
+def _marks(node) -> dict:
+    """What a file's or test's marks ask of its compilations (a test's include its file's)."""
+    return {
+        "on": node.get_closest_marker("runtime_bound") is not None,
+        "emitters": node.get_closest_marker("fusion_emitters") is not None,
+    }
 
 
 def _install_optimization_switch() -> None:
@@ -226,7 +233,7 @@ def _install_optimization_switch() -> None:
         *rest, compiler_options = args
         if _optimized["on"] and OPT_FLAG not in compiler_options:
             # Files and tests marked `fusion_emitters` keep XLA's default emitters (module doc).
-            emitters = _optimized["emitters"] or _emitters_everywhere()
+            emitters = _optimized["emitters"] or _EMITTERS_EVERYWHERE
             compiler_options = {
                 **compiler_options,
                 OPT_FLAG: RUNTIME_OPT_LEVEL,
@@ -244,8 +251,7 @@ _install_optimization_switch()
 def _optimize_runtime_bound(request):
     """Files marked `runtime_bound` compile at RUNTIME_OPT_LEVEL (their module fixtures too), with
     XLA's fusion emitters where also marked `fusion_emitters`."""
-    _optimized["on"] = request.node.get_closest_marker("runtime_bound") is not None
-    _optimized["emitters"] = request.node.get_closest_marker("fusion_emitters") is not None
+    _optimized.update(_marks(request.node))
     yield
     _optimized.update(on=False, emitters=False)
 
@@ -255,8 +261,7 @@ def _optimize_runtime_bound_test(request):
     """So do single tests marked `runtime_bound` in files that are not (a test's closest
     marker includes its file's)."""
     saved = dict(_optimized)
-    _optimized["on"] = request.node.get_closest_marker("runtime_bound") is not None
-    _optimized["emitters"] = request.node.get_closest_marker("fusion_emitters") is not None
+    _optimized.update(_marks(request.node))
     yield
     _optimized.update(saved)
 
