@@ -84,6 +84,20 @@ Tried beside it on the same three programs and dropped (no change beyond noise):
 `xla_cpu_enable_concurrency_optimized_scheduler=false`, `xla_embed_ir_in_executable=false`; and
 for the runtime-bound files `xla_cpu_multi_thread_eigen=false` (145.9 s).
 
+YNNPACK for matrix products only: the session sets
+`--xla_cpu_experimental_ynn_fusion_type=-reduce,-eltwise`, so XLA:CPU emits reductions and
+elementwise fusions as its own loops instead of calling YNNPACK for each, and keeps YNNPACK's
+dots (the products' numerics are unchanged). A perf profile of the tree-law harness
+(tests/tree_harness.py, rows of 4-token distributions) put 17 % of its samples in YNNPACK's
+`sum_k1` and `multiply` kernels, called on arrays with a last axis of 4. Measured (2-core CPU,
+2026-11-28, a host ~2x slower than the one of the measurements above): 2^20 rows of two
+tests/test_tree_accept_stats.py cases on one core, after their compile, alternating, two runs
+each: 3.3-4.5 s per run with XLA's default -> 2.4-3.3 s with YNNPACK off entirely (`=`) and
+2.4-3.3 s (one run) with this setting; the streams are identical. tree_accept_stats,
+acceptance_stats, block_accept_stats and tree_decoding_sampling at -n 2, one run each, YNNPACK
+off entirely: 254 -> 243 s. The decoding fixture is bit-identical. Set the flag in XLA_FLAGS
+yourself to override.
+
 Two Python-side settings, measured on 2026-11-28 (2-core CPU, quiet):
 - MLIR locations of one frame, not full tracebacks (`JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS=
   false`, inherited by workers, subprocesses and kernels): the traceback of every op travels into
@@ -114,6 +128,7 @@ _SESSION_KEY = "SPECJAX_TEST_SESSION_DIR"
 OPT_FLAG = "xla_backend_optimization_level"
 EMITTER_FLAG = "xla_cpu_use_fusion_emitters"  # off unless marked fusion_emitters (module doc)
 SPLIT_FLAG = "xla_cpu_parallel_codegen_split_count"
+YNN_FLAG = "xla_cpu_experimental_ynn_fusion_type"
 # For the `runtime_bound` files and tests (see the module doc).
 RUNTIME_OPT_LEVEL = int(os.environ.get("SPECJAX_TEST_RUNTIME_OPT_LEVEL", "1"))
 
@@ -144,6 +159,8 @@ def _session_caches() -> None:
         flags = f"{flags} --{EMITTER_FLAG}=false"
     if SPLIT_FLAG not in flags:  # one LLVM module per program: the cores are busy (module doc)
         flags = f"{flags} --{SPLIT_FLAG}=1"
+    if YNN_FLAG not in flags:  # YNNPACK for dots only (module doc)
+        flags = f"{flags} --{YNN_FLAG}=-reduce,-eltwise"
     os.environ["XLA_FLAGS"] = flags.strip()
 
 
