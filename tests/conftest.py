@@ -97,8 +97,7 @@ each: 3.3-4.5 s per run with XLA's default -> 2.4-3.3 s with YNNPACK off entirel
 acceptance_stats, block_accept_stats and tree_decoding_sampling at -n 2: 254 -> 243 s with
 YNNPACK off entirely, and 276 -> 264 s with this setting (XLA's default written as `=+dot`); the
 whole suite on that host moved within its noise (1573 s -> 1560 s of pytest). The decoding
-fixture is bit-identical. Set the flag in XLA_FLAGS
-yourself to override.
+fixture is bit-identical. Set the flag in XLA_FLAGS yourself to override.
 
 Two Python-side settings, measured on 2026-11-28 (2-core CPU, quiet):
 - MLIR locations of one frame, not full tracebacks (`JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS=
