@@ -152,16 +152,17 @@ def _session_caches() -> None:
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
     # One frame per op in MLIR locations, not the whole traceback (module doc: faster compiles).
     os.environ.setdefault("JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS", "false")
+    # The session's XLA settings (module doc); a value the user put in XLA_FLAGS wins.
+    session_flags = [
+        (OPT_FLAG, os.environ.get("SPECJAX_TEST_OPT_LEVEL", "0")),
+        (EMITTER_FLAG, None if os.environ.get("SPECJAX_TEST_FUSION_EMITTERS") == "1" else "false"),
+        (SPLIT_FLAG, "1"),  # one LLVM module per program: the cores are busy
+        (YNN_FLAG, "-reduce,-eltwise"),  # YNNPACK for dots only
+    ]
     flags = os.environ.get("XLA_FLAGS", "")
-    if OPT_FLAG not in flags:
-        level = os.environ.get("SPECJAX_TEST_OPT_LEVEL", "0")
-        flags = f"{flags} --{OPT_FLAG}={level}"
-    if EMITTER_FLAG not in flags and os.environ.get("SPECJAX_TEST_FUSION_EMITTERS") != "1":
-        flags = f"{flags} --{EMITTER_FLAG}=false"
-    if SPLIT_FLAG not in flags:  # one LLVM module per program: the cores are busy (module doc)
-        flags = f"{flags} --{SPLIT_FLAG}=1"
-    if YNN_FLAG not in flags:  # YNNPACK for dots only (module doc)
-        flags = f"{flags} --{YNN_FLAG}=-reduce,-eltwise"
+    for name, value in session_flags:
+        if value is not None and name not in flags:
+            flags = f"{flags} --{name}={value}"
     os.environ["XLA_FLAGS"] = flags.strip()
 
 
@@ -215,7 +216,8 @@ def _release_compiled_programs():
         gc.collect()
 
 
-_optimized = {"on": False, "emitters": False}
+_UNMARKED = {"on": False, "emitters": False}  # what `_marks` gives an unmarked node
+_optimized = dict(_UNMARKED)
 # XLA's fusion emitters asked for in the whole session (module doc): read once, at start-up.
 _EMITTERS_EVERYWHERE = (
     f"--{EMITTER_FLAG}=true" in os.environ.get("XLA_FLAGS", "")
@@ -271,7 +273,7 @@ def _optimize_runtime_bound(request):
     XLA's fusion emitters where also marked `fusion_emitters`."""
     _optimized.update(_marks(request.node))
     yield
-    _optimized.update(on=False, emitters=False)
+    _optimized.update(_UNMARKED)
 
 
 @pytest.fixture(autouse=True)
