@@ -208,11 +208,7 @@ class EagleHead:
         `features` [batch, T, embed] are the head's inputs: `fuse_features` of true target
         features, or its own predictions."""
         block = {k: v for k, v in params.items() if k not in ("lm_head", "fuse")}
-        if checks.all_concrete(block, state, features, embeds, num_new, positions, mask):
-            return _features_jit(self, params, state, features, embeds, num_new, positions, mask)
-        return self.module.apply(
-            {"params": block}, features, embeds, num_new, state, positions, mask
-        )
+        return _features_jit(self, block, state, features, embeds, num_new, positions, mask)
 
     def logits(self, target_params, head_params, features) -> jax.Array:
         """float32 [..., vocab] draft logits on (predicted) features: the target's output layer,
@@ -231,8 +227,8 @@ def eagle3_layers(num_layers: int) -> tuple:
     return (1, num_layers // 2 - 1, num_layers - 4)
 
 
-# Eager calls run as one jitted program, not op by op (see transformer._forward_jit).
+# One jitted program per (head, shapes), eagerly and inside traces alike: traced once, not once
+# per decoder program (see transformer._forward_jit).
 @functools.partial(jax.jit, static_argnums=0)
-def _features_jit(head, params, state, features, embeds, num_new, positions, mask):
-    return head.forward_features(params, state, features, embeds, num_new, positions=positions,
-                                 mask=mask)  # fmt: skip
+def _features_jit(head, block, state, features, embeds, num_new, positions, mask):
+    return head.module.apply({"params": block}, features, embeds, num_new, state, positions, mask)

@@ -254,19 +254,20 @@ class TransformerLM(ApplyFromForward):
             checks.check_shape("positions", positions, (batch, t), "[batch, T]")
         if mask is not None:
             checks.check_shape("mask", mask, (batch, t, state.max_len), "[batch, T, max_len]")
-        if checks.all_concrete(params, state, tokens, num_new, positions, mask):
-            return _forward_jit(self, tuple(return_layers), params, state, tokens, num_new,
-                                positions, mask)  # fmt: skip
-        return self.module.apply(
-            {"params": params}, tokens, num_new, state, positions, mask, tuple(return_layers)
-        )
+        return _forward_jit(self, tuple(return_layers), params, state, tokens, num_new,
+                            positions, mask)  # fmt: skip
 
 
-# An eager call (a test's reference pass, a notebook cell) would run the flax module op by op,
-# and XLA compiles every op for every new shape: dozens of tiny programs per model config. One
-# jitted program per (model, return_layers, shapes) instead. Inside a trace `forward` inlines the
-# module as before, so the decoders' programs do not change.
+# The module runs inside one `jax.jit` keyed by (model, return_layers, shapes), called eagerly
+# and inside traces alike:
+# - an eager call (a test's reference pass, a notebook cell) is one compiled program, not the
+#   flax module op by op (XLA compiles every op for every new shape: dozens of tiny programs);
+# - inside a trace it is a nested jit, whose jaxpr jax caches: the decoders' programs call the
+#   same model at the same shapes (a prefill, a draft step) and trace it once, not once per
+#   program. XLA inlines the call, so the compiled programs compute what they did before (the
+#   decoding fixture is bit-identical); seven decoders on one pair traced in 3.0 s, not 5.8 s.
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _forward_jit(model, return_layers, params, state, tokens, num_new, positions, mask):
-    return model.forward(params, state, tokens, num_new, positions=positions, mask=mask,
-                         return_layers=return_layers)  # fmt: skip
+    return model.module.apply(
+        {"params": params}, tokens, num_new, state, positions, mask, return_layers
+    )
