@@ -32,6 +32,7 @@ two). Measured in-loop on one row, CPU time (`scripts/bench_sampler.py`, README 
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 
@@ -122,7 +123,15 @@ def sample_from_probs(key: jax.Array, probs: jax.Array, block: int | None = None
         size = None
     if size is None or size < 1:
         raise ValueError(f"block must be an integer >= 1 or None (got {block!r})")
-    block = size
+    return _sample_jit(key, probs, size)
+
+
+# One jitted program per (shapes, block), eagerly and inside traces alike: an eager call is one
+# program, not a dozen op-by-op compilations, and the decoders' programs, which draw from rows of
+# the same shapes in several places, trace it once (as the models, transformer._forward_jit).
+@functools.partial(jax.jit, static_argnums=2)
+def _sample_jit(key: jax.Array, probs: jax.Array, block: int) -> jax.Array:
+    vocab = probs.shape[-1]
     if block >= vocab:  # the one-level reference: exactly jax.random.categorical's draw
         log_w = _log_weights(_nonnegative(probs))
         return jax.random.categorical(key, log_w, axis=-1).astype(jnp.int32)
