@@ -8,8 +8,10 @@ events (`jax.monitoring`): XLA backend compilations, split at `SMALL_S` into pro
 tiny ones an eager op costs (flax run op by op, a library function called outside jit), plus
 tracing and lowering to MLIR. Workers write their sums into the session directory
 (tests/conftest.py); the controller adds them up and prints, per file, the test seconds (setup,
-call and teardown) beside the compile seconds, and the totals. Notebook kernels and other
-subprocesses are not seen (their files show 0 compilations).
+call and teardown) beside the compile seconds, and the totals; then the jitted functions that
+cost the most compile, trace and lower seconds over the whole run (what showed that each decoder
+program traced its models anew: TIMING.md). Notebook kernels and other subprocesses are not seen
+(their files show 0 compilations).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ _EVENTS = {
     "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
 }
 
+_BY_NAME = "fn:"  # rows keyed by jitted function, not by test file
 _current = {"file": "<collection>"}
 _sums: dict = collections.defaultdict(collections.Counter)  # file -> column -> seconds or count
 
@@ -37,6 +40,9 @@ def _listen(event: str, seconds: float, **kwargs) -> None:
     column = _EVENTS.get(event)
     if column is None:
         return
+    # Per jitted function too (jax names it in the event: "jit(generate_jit)", "generate_jit").
+    name = str(kwargs.get("fun_name", "?")).removeprefix("jit(").removesuffix(")")
+    _sums[_BY_NAME + name][column if column != "compile" else "compile_all"] += seconds
     sums = _sums[_current["file"]]
     if column == "compile":
         column = "eager" if seconds < SMALL_S else "programs"
@@ -77,6 +83,8 @@ def pytest_terminal_summary(terminalreporter):
     for name, sums in _sums.items():  # the controller's own (all of it without xdist)
         total[name].update(sums)
     write = terminalreporter.write_line
+    by_name = {k[len(_BY_NAME) :]: v for k, v in total.items() if k.startswith(_BY_NAME)}
+    total = {k: v for k, v in total.items() if not k.startswith(_BY_NAME)}
     columns = ("test_s", "programs", "programs_n", "eager", "eager_n", "trace", "lower")
     write("compile profile (seconds; _n: counts), the 30 files with the most test seconds:")
     write(f"{'file':48s}" + "".join(f"{c:>11s}" for c in columns))
@@ -87,3 +95,11 @@ def pytest_terminal_summary(terminalreporter):
     for sums in total.values():
         grand.update(sums)
     write(f"{'all files':48s}" + "".join(f"{grand[c]:11.0f}" for c in columns))
+    write("the 15 jitted functions with the most compile + trace + lower seconds:")
+    write(f"{'function':48s}" + "".join(f"{c:>11s}" for c in ("compile_all", "trace", "lower")))
+    cost = lambda kv: -(kv[1]["compile_all"] + kv[1]["trace"] + kv[1]["lower"])  # noqa: E731
+    for name, sums in sorted(by_name.items(), key=cost)[:15]:
+        write(
+            f"{name[:48]:48s}"
+            + "".join(f"{sums[c]:11.0f}" for c in ("compile_all", "trace", "lower"))
+        )
