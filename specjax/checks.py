@@ -17,11 +17,6 @@ def is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
-def all_concrete(*trees) -> bool:
-    """True if no leaf of `trees` is a tracer: the call runs eagerly, outside any jit."""
-    return all(is_concrete(x) for x in jax.tree.leaves(trees))
-
-
 def check_rank(name: str, x, rank: int, layout: str) -> None:
     """Raises ValueError naming `name` unless `x.ndim == rank`."""
     if getattr(x, "ndim", None) != rank:

@@ -42,7 +42,7 @@ def _listen(event: str, seconds: float, **kwargs) -> None:
         return
     # Per jitted function too (jax names it in the event: "jit(generate_jit)", "generate_jit").
     name = str(kwargs.get("fun_name", "?")).removeprefix("jit(").removesuffix(")")
-    _sums[_BY_NAME + name][column if column != "compile" else "compile_all"] += seconds
+    _sums[_BY_NAME + name][column] += seconds
     sums = _sums[_current["file"]]
     if column == "compile":
         column = "eager" if seconds < SMALL_S else "programs"
@@ -95,11 +95,9 @@ def pytest_terminal_summary(terminalreporter):
     for sums in total.values():
         grand.update(sums)
     write(f"{'all files':48s}" + "".join(f"{grand[c]:11.0f}" for c in columns))
+    stages = tuple(_EVENTS.values())  # compile (programs and eager ops together), trace, lower
     write("the 15 jitted functions with the most compile + trace + lower seconds:")
-    write(f"{'function':48s}" + "".join(f"{c:>11s}" for c in ("compile_all", "trace", "lower")))
-    cost = lambda kv: -(kv[1]["compile_all"] + kv[1]["trace"] + kv[1]["lower"])  # noqa: E731
-    for name, sums in sorted(by_name.items(), key=cost)[:15]:
-        write(
-            f"{name[:48]:48s}"
-            + "".join(f"{sums[c]:11.0f}" for c in ("compile_all", "trace", "lower"))
-        )
+    write(f"{'function':48s}" + "".join(f"{c:>11s}" for c in stages))
+    ranked = sorted(by_name.items(), key=lambda kv: -sum(kv[1][c] for c in stages))
+    for name, sums in ranked[:15]:
+        write(f"{name[:48]:48s}" + "".join(f"{sums[c]:11.0f}" for c in stages))
