@@ -46,6 +46,17 @@ from specjax.decoding.sampling import sample_from_probs
 from specjax.decoding.trees.topology import TokenTree
 from specjax.decoding.trees.traced import TracedTree
 
+# Up to this many rows the walk stops at its first accepted child and its last level (`_loop`);
+# past it every row runs every trial, as a batched while_loop would run them all anyway. On the
+# backends named only: a CPU reads the loop's condition where it computes it, while an
+# accelerator's while_loop of unknown trip count waits on the host each step (not measured).
+EARLY_EXIT_MAX_BATCH = 8
+EARLY_EXIT_BACKENDS = ("cpu",)
+
+
+def _early_exit(batch: int) -> bool:
+    return batch <= EARLY_EXIT_MAX_BATCH and jax.default_backend() in EARLY_EXIT_BACKENDS
+
 
 def _check_args(tree, node_tokens, draft_probs, target_probs, valid) -> None:
     if not isinstance(tree, (TokenTree, TracedTree)):
@@ -77,9 +88,33 @@ def _check_args(tree, node_tokens, draft_probs, target_probs, valid) -> None:
             raise ValueError(f"node_tokens must lie in [0, {vocab}); got values in [{lo}, {hi}]")
 
 
-def _accept_row(key, slots, depth_max, replacement, tokens, q, p, valid):
+def _loop(body, init, length: int, more, early_exit: bool):
+    """The carry after body(carry, i) for i = 0 .. length - 1 (body: carry -> carry).
+
+    early_exit: a `lax.while_loop` that stops at the first i where more(carry, i) is False,
+    where every later step must leave the carry as it is, so both loops end on the same carry.
+    A scan runs every step; at batch 1 (vmapped, the while_loop runs while any row goes on) the
+    early exit skips the untried siblings and the levels below the stop.
+    """
+    if not early_exit:
+        step = lambda c, i: (body(c, i), None)  # noqa: E731
+        return jax.lax.scan(step, init, jnp.arange(length))[0]
+
+    def cond(state):
+        i, carry = state
+        return (i < length) & more(carry, i)
+
+    def advance(state):
+        i, carry = state
+        return i + 1, body(carry, i)
+
+    return jax.lax.while_loop(cond, advance, (jnp.int32(0), init))[1]
+
+
+def _accept_row(key, slots, depth_max, replacement, early_exit, tokens, q, p, valid):
     """tree_accept for one row: slots [N, B] (children by rank, -1 padded), tokens [N],
-    q [N, V] | None, p [N, V], valid [N]; depth_max static."""
+    q [N, V] | None, p [N, V] (float32, each row normalised where the walk reads it), valid [N];
+    depth_max and early_exit static (`_loop`)."""
     n, vocab = p.shape
     k_coin, k_final = jax.random.split(key)
     coins = jax.random.uniform(k_coin, (n,), jnp.float32)  # one per node: each is tried once
@@ -93,7 +128,7 @@ def _accept_row(key, slots, depth_max, replacement, tokens, q, p, valid):
         if q is None:
             trial = jax.nn.one_hot(x, vocab, dtype=jnp.float32)
         elif replacement:
-            trial = q[safe]
+            trial = normalise(q[safe])
         else:
             trial = dq
         ok = live & (coins[safe] * trial[x] < r[x])
@@ -107,27 +142,33 @@ def _accept_row(key, slots, depth_max, replacement, tokens, q, p, valid):
             reduced = jnp.where(reduced.sum() > 0, reduced, untried)
             dq = jnp.where(rejected, normalise(reduced), dq)
         chosen = jnp.where(ok, child, chosen)
-        return (node, r, dq, tried, chosen), None
+        return node, r, dq, tried, chosen
 
     def level(carry, _):
         node, done, path, count, r_out = carry
-        r = p[node]
+        r = normalise(p[node])
         first = jnp.maximum(slots[node, 0], 0)
-        dq = q[first] if q is not None else jnp.zeros((vocab,), jnp.float32)
+        dq = normalise(q[first]) if q is not None else jnp.zeros((vocab,), jnp.float32)
         start = (node, r, dq, jnp.zeros((vocab,), bool), jnp.int32(-1))
-        (_, r, _, _, chosen), _ = jax.lax.scan(try_child, start, jnp.arange(slots.shape[1]))
+        width = slots.shape[1]
+
+        def more(c, slot):  # past the accepted child or the last proposed one: no-op trials
+            return (c[4] < 0) & (slots[c[0], jnp.minimum(slot, width - 1)] >= 0)
+
+        _, r, _, _, chosen = _loop(try_child, start, width, more, early_exit)
         chosen = jnp.where(done, -1, chosen)
         stop = ~done & (chosen < 0)
         r_out = jnp.where(stop, r, r_out)
         path = jnp.where(chosen >= 0, path.at[count + 1].set(chosen), path)
         count = jnp.where(chosen >= 0, count + 1, count)
         node = jnp.where(chosen >= 0, chosen, node)
-        return (node, done | stop, path, count, r_out), None
+        return node, done | stop, path, count, r_out
 
     path0 = jnp.full((depth_max + 1,), -1, jnp.int32).at[0].set(0)
     init = (jnp.int32(0), jnp.zeros((), bool), path0, jnp.int32(0), jnp.zeros((vocab,)))
-    (node, done, path, count, r_out), _ = jax.lax.scan(level, init, None, length=depth_max)
-    final = jnp.where(done, r_out, p[node])  # a leaf reached: its bonus distribution
+    # Once the walk has stopped (carry[1]) every level is a no-op.
+    node, done, path, count, r_out = _loop(level, init, depth_max, lambda c, _: ~c[1], early_exit)
+    final = jnp.where(done, r_out, normalise(p[node]))  # a leaf reached: its bonus distribution
     token = sample_from_probs(k_final, final)
     emitted = jnp.take(tokens, jnp.maximum(path, 0))  # [depth_max + 1] node tokens on the path
     return jnp.roll(emitted, -1), count, path, token
@@ -171,14 +212,20 @@ def tree_accept(
     _check_args(tree, node_tokens, draft_probs, target_probs, valid)
     batch, n = node_tokens.shape
     tokens = node_tokens.astype(jnp.int32)
-    p = normalise(target_probs.astype(jnp.float32))
-    q = None if draft_probs is None else normalise(draft_probs.astype(jnp.float32))
+    # Rows are renormalised where the walk reads them: a few of the N rows, not all of them.
+    p = target_probs.astype(jnp.float32)
+    q = None if draft_probs is None else draft_probs.astype(jnp.float32)
     valid = jnp.ones((batch, n), bool) if valid is None else valid.astype(bool)
     if tree.max_depth == 0:  # the root alone: one plain sample from p
-        token = sample_from_probs(key, p[:, 0])
+        token = sample_from_probs(key, normalise(p[:, 0]))
         return token[:, None], jnp.zeros((batch,), jnp.int32), jnp.zeros((batch, 1), jnp.int32)
     keys = jax.random.split(key, batch)
-    row = functools.partial(_accept_row, depth_max=tree.max_depth, replacement=bool(replacement))
+    row = functools.partial(
+        _accept_row,
+        depth_max=tree.max_depth,
+        replacement=bool(replacement),
+        early_exit=_early_exit(batch),
+    )
     in_q = 0 if q is not None else None
     if isinstance(tree, TracedTree):
         slots, in_slots = tree.child_slots(), 0  # [batch, N, B]
