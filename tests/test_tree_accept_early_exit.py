@@ -62,6 +62,9 @@ def _inputs(n: int, seed: int, dtype):
 def _walks(tree, has_q, replacement, monkeypatch):
     """(early exit, full walk) as jitted functions of (key, tokens, q, p, valid)."""
 
+    # Both walks on this backend too (the library takes the early exit on the CPU only).
+    monkeypatch.setattr(tree_rule, "EARLY_EXIT_BACKENDS", (jax.default_backend(),))
+
     def build(max_batch):
         monkeypatch.setattr(tree_rule, "EARLY_EXIT_MAX_BATCH", max_batch)
         fn = jax.jit(
