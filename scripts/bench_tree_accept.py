@@ -7,7 +7,7 @@ Both walks give the same bits (tests/test_tree_accept_early_exit.py); the early 
 node's first accepted child and after the walk's last level, the full walk tries every sibling
 slot at every depth. Random p and q (softmax of N(0, 3^2) logits), node tokens drawn from q,
 every call with a new key; the two walks are timed round-robin, medians with the ratio's 95 %
-interval over the paired rounds. Results: experiments/speed/REAL.md ("tree_accept").
+interval over the paired rounds. Results: experiments/speed/REAL.md ("Sixth pass").
 """
 
 import time
