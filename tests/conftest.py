@@ -46,6 +46,25 @@ tests measured faster at level 1 carry the mark. Set `SPECJAX_TEST_OPT_LEVEL` (u
 `SPECJAX_TEST_RUNTIME_OPT_LEVEL` (marked) to another level, or put the flag in XLA_FLAGS
 yourself, to override.
 
+Decoders sampled on big batches compile at level 1 too, program by program: a file-level mark
+cannot tell a file's few sampling programs from its many small ones, and the decoder files above
+lost at level 1 on their small programs what their sampling programs gained. A program whose
+integer inputs of rank >= 2 have a leading dimension of at least `BIG_BATCH` rows (a decoder's
+prompt tokens [batch, width], e.g. `testing.check_decoder`'s 4096) asks for RUNTIME_OPT_LEVEL
+whatever its test's marks (`_batch_of`). Level 0 code runs those programs ~3.5x slower: one
+EAGLE chain decoder's 4096-row call takes 1.04-1.18 s at level 0 and 0.30-0.32 s at level 1,
+for 3.6 s more compilation (5.9 s against 2.3 s); `check_decoder` calls it four times per
+prompt. Files whose big programs run a few times on cheap models (the bigram pairs of
+tests/test_check_decoder*.py) carry `compile_bound` and stay at level 0. Measured (2-core CPU,
+quiet, 2026-11-29, -n 2, wall seconds): eleven decoder files (eagle, dynamic_tree_decoding,
+eagle3, medusa, reduced_vocab, truncated_drafter, lookup_tree, drafters, block_accept_decoder,
+check_decoder, check_decoder_tree) 326 / 292 / 286 s without the rule, 308 / 243 / 237 / 246 s
+with it (before the `compile_bound` marks) and 253 s with the marks; their test time 522 ->
+457 s (test_eagle 126 -> 103 s). Tried beside it and dropped: the fusion emitters on for those
+programs (272 / 249 s), and the rule in place of the file marks of three decoder sampling files
+(tree_decoding_sampling, decoding_sampling, hierarchical_sampling: 98 / 94 s marked, 101 / 100 s
+unmarked). Set `SPECJAX_TEST_BATCH_RULE=0` to turn the rule off.
+
 XLA:CPU's fusion emitters: off in the session. XLA:CPU compiles each fusion of a program through
 an MLIR pipeline of its own (`ParallelFusionEmitter`); a perf profile of a decoder program's
 compile put a quarter of the process's samples there, much of it building MLIR contexts and
@@ -216,7 +235,11 @@ def _release_compiled_programs():
         gc.collect()
 
 
-_UNMARKED = {"on": False, "emitters": False}  # what `_marks` gives an unmarked node
+_UNMARKED = {
+    "on": False,
+    "emitters": False,
+    "compile_bound": False,
+}  # what `_marks` gives an unmarked node
 _optimized = dict(_UNMARKED)
 # XLA's fusion emitters asked for in the whole session (module doc): read once, at start-up.
 _EMITTERS_EVERYWHERE = (
@@ -230,7 +253,35 @@ def _marks(node) -> dict:
     return {
         "on": node.get_closest_marker("runtime_bound") is not None,
         "emitters": node.get_closest_marker("fusion_emitters") is not None,
+        "compile_bound": node.get_closest_marker("compile_bound") is not None,
     }
+
+
+BIG_BATCH = 1024
+_BATCH_RULE = os.environ.get("SPECJAX_TEST_BATCH_RULE", "1") == "1"
+
+
+def _batch_of(computation) -> int:
+    """The largest leading dimension of a program's integer inputs of rank >= 2 (a decoder's
+    prompt tokens [batch, width]); 0 where there is none or the module cannot be read."""
+    try:
+        from jax._src.lib.mlir import ir
+
+        for op in computation.body.operations:
+            if op.operation.name != "func.func":
+                continue
+            if ir.StringAttr(op.attributes["sym_name"]).value != "main":
+                continue
+            inputs = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value).inputs
+            sizes = [0]
+            for t in inputs:
+                if isinstance(t, ir.RankedTensorType) and t.rank >= 2:
+                    if isinstance(t.element_type, ir.IntegerType):
+                        sizes.append(t.shape[0])
+            return max(sizes)
+    except Exception:  # noqa: BLE001 - a private API; the rule is only a speed setting
+        return 0
+    return 0
 
 
 def _install_optimization_switch() -> None:
@@ -251,7 +302,9 @@ def _install_optimization_switch() -> None:
 
     def create_compile_options(computation, *args):
         *rest, compiler_options = args
-        if _optimized["on"] and OPT_FLAG not in compiler_options:
+        big = _BATCH_RULE and not _optimized["compile_bound"]
+        big = big and _batch_of(computation) >= BIG_BATCH
+        if (_optimized["on"] or big) and OPT_FLAG not in compiler_options:
             # Files and tests marked `fusion_emitters` keep XLA's default emitters (module doc).
             emitters = _optimized["emitters"] or _EMITTERS_EVERYWHERE
             compiler_options = {

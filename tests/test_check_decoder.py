@@ -22,6 +22,9 @@ from specjax import testing
 from specjax.decoding import HeuristicGamma, SpeculativeDecoder
 from specjax.decoding.rules import BoundRule, accept_rule
 
+# Bigram pairs, four calls per program: level 1 costs more than it saves (tests/conftest.py).
+pytestmark = pytest.mark.compile_bound
+
 
 def _chain(accept="tokenwise", gamma=3, **kwargs):
     target, _, draft, _ = PAIR

@@ -20,6 +20,9 @@ from tree_reference import make_switches, reference_accept
 
 from specjax.decoding import TokenTree, TreeSpeculativeDecoder
 
+# Bigram pairs, four calls per program: level 1 costs more than it saves (tests/conftest.py).
+pytestmark = pytest.mark.compile_bound
+
 
 def _tree(branching, replacement=True, cls=TreeSpeculativeDecoder):
     target, _, draft, _ = PAIR
