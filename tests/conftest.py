@@ -235,11 +235,8 @@ def _release_compiled_programs():
         gc.collect()
 
 
-_UNMARKED = {
-    "on": False,
-    "emitters": False,
-    "compile_bound": False,
-}  # what `_marks` gives an unmarked node
+# What `_marks` gives an unmarked node.
+_UNMARKED = {"on": False, "emitters": False, "compile_bound": False}
 _optimized = dict(_UNMARKED)
 # XLA's fusion emitters asked for in the whole session (module doc): read once, at start-up.
 _EMITTERS_EVERYWHERE = (
@@ -285,7 +282,8 @@ def _batch_of(computation) -> int:
 
 
 def _install_optimization_switch() -> None:
-    """Makes every compilation, while `_optimized["on"]`, ask for RUNTIME_OPT_LEVEL.
+    """Makes every compilation, while `_optimized["on"]` and of every program on >= BIG_BATCH
+    rows (unless marked `compile_bound`), ask for RUNTIME_OPT_LEVEL.
 
     jax passes per-compilation options (`jax.jit(..., compiler_options=...)`) to XLA as
     overrides of XLA_FLAGS; this adds one to every compilation instead of to every `jax.jit` in
