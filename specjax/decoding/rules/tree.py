@@ -148,7 +148,11 @@ def _accept_row(key, slots, depth_max, replacement, early_exit, tokens, q, p, va
         node, done, path, count, r_out = carry
         r = normalise(p[node])
         first = jnp.maximum(slots[node, 0], 0)
-        dq = normalise(q[first]) if q is not None else jnp.zeros((vocab,), jnp.float32)
+        # The sequential proposal: read only without replacement (with it, each trial is q[child]).
+        if q is not None and not replacement:
+            dq = normalise(q[first])
+        else:
+            dq = jnp.zeros((vocab,), jnp.float32)
         start = (node, r, dq, jnp.zeros((vocab,), bool), jnp.int32(-1))
         width = slots.shape[1]
 
