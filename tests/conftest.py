@@ -300,9 +300,10 @@ def _install_optimization_switch() -> None:
 
     def create_compile_options(computation, *args):
         *rest, compiler_options = args
-        big = _BATCH_RULE and not _optimized["compile_bound"]
-        big = big and _batch_of(computation) >= BIG_BATCH
-        if (_optimized["on"] or big) and OPT_FLAG not in compiler_options:
+        optimize = _optimized["on"] or (  # the module is read only where a mark does not decide
+            _BATCH_RULE and not _optimized["compile_bound"] and _batch_of(computation) >= BIG_BATCH
+        )
+        if optimize and OPT_FLAG not in compiler_options:
             # Files and tests marked `fusion_emitters` keep XLA's default emitters (module doc).
             emitters = _optimized["emitters"] or _EMITTERS_EVERYWHERE
             compiler_options = {
