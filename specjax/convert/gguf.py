@@ -28,12 +28,14 @@ from __future__ import annotations
 import os
 
 import gguf
+import jax
+import jax.numpy as jnp
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
 from specjax.convert.gguf_file import GGUFFile
 from specjax.convert.gguf_tokenizer import tokenizer_from_gguf
-from specjax.convert.hf import params_from_hf
+from specjax.convert.hf import host_params_from_hf, params_from_hf
 from specjax.models.layout import resolve_matmul, with_matmul
 from specjax.models.transformer import TransformerLM
 
@@ -292,6 +294,8 @@ def load_gguf(path, dtype: str = "float32", matmul: str = "auto"):
     meta = read_metadata(reader)
     hf = hf_config_from_gguf(meta, {t.name for t in reader.tensors}, path)
     tokenizer = tokenizer_from_gguf(meta, path)  # fails before any weight is dequantized
-    cfg, params = params_from_hf(hf, hf_tensors(reader, hf, path), dtype)
+    cfg, params = host_params_from_hf(hf, hf_tensors(reader, hf, path), dtype)
+    # The layout change in numpy, then one move to the device (SmolLM2: 0.3 s, not the 1.4 s
+    # of the same repacking as eager jax ops).
     model, params = with_matmul(TransformerLM(cfg), params, matmul)
-    return model, params, tokenizer
+    return model, jax.tree.map(jnp.asarray, params), tokenizer

@@ -63,6 +63,16 @@ def params_from_hf(hf_config: dict, tensors: dict, dtype: str = "float32"):
       (TransformerConfig, params) with params as device arrays, checked against the shapes
       `TransformerLM(config).init_params` would produce.
     """
+    cfg, params = host_params_from_hf(hf_config, tensors, dtype)
+    return cfg, jax.tree.map(jnp.asarray, params)
+
+
+def host_params_from_hf(hf_config: dict, tensors: dict, dtype: str = "float32"):
+    """`params_from_hf` with the params left as host (numpy) arrays.
+
+    For loaders that still reshape the params (`with_matmul`'s packed layout): numpy does it
+    in a fraction of the time eager jax ops take, and the params then move to the device once.
+    """
     cfg = config_from_hf(hf_config, dtype)
     if _model_type(hf_config) == "gpt2":
         params = gpt2_params(cfg, tensors)
@@ -73,7 +83,7 @@ def params_from_hf(hf_config: dict, tensors: dict, dtype: str = "float32"):
     if jax.tree.structure(got) != jax.tree.structure(expected) or got != expected:
         # A converter bug, not a user error: the tree must match the module exactly.
         raise AssertionError(f"converted params do not match TransformerLM({cfg})")
-    return cfg, jax.tree.map(jnp.asarray, params)
+    return cfg, params
 
 
 def load_hf_model(path, dtype: str = "float32", tokenizer: bool = True):
