@@ -21,6 +21,7 @@ from specjax.convert import (
     read_tensors,
     resize_vocab,
 )
+from specjax.convert.hf import host_params_from_hf
 from specjax.models.config import RopeScaling
 from specjax.models.layers import rope_frequencies
 from specjax.models.transformer import TransformerLM
@@ -159,6 +160,20 @@ def test_llama_tensors_land_exactly():
     np.testing.assert_array_equal(
         params["block_0"]["mlp_norm"]["scale"], tensors[p + "post_attention_layernorm.weight"]
     )
+
+
+def test_host_params_are_the_device_params_in_numpy():
+    """`host_params_from_hf` (load_gguf repacks its output in numpy) is `params_from_hf` before
+    the move to the device: the same tree, numpy leaves, the same values and dtypes."""
+    tensors = _llama_tensors()
+    cfg, host = host_params_from_hf(LLAMA, tensors)
+    cfg_device, device = params_from_hf(LLAMA, tensors)
+    assert cfg == cfg_device
+    assert jax.tree.structure(host) == jax.tree.structure(device)
+    for h, d in zip(jax.tree.leaves(host), jax.tree.leaves(device), strict=True):
+        assert isinstance(h, np.ndarray) and isinstance(d, jax.Array)
+        assert h.dtype == d.dtype
+        np.testing.assert_array_equal(h, np.asarray(d))
 
 
 def test_llama_attention_bias_zero_fills_mlp_biases():
