@@ -13,10 +13,12 @@ statistic ~ 6100, against a 1e-20 bar. Tree decoders: test_check_decoder_tree.py
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from check_decoder_setup import PAIR, T1, check
+from check_decoder_setup import DRAWS, PAIR, PROMPTS, T1, check
 
 from specjax import testing
 from specjax.decoding import HeuristicGamma, SpeculativeDecoder
@@ -92,6 +94,67 @@ def test_target_law_is_the_chain_rule_of_the_bigram_table():
     expected = p[2][:, None, None] * p[:, :, None] * p[None, :, :]
     np.testing.assert_allclose(law, expected, rtol=1e-5)
     assert abs(law.sum() - 1.0) < 1e-9
+
+
+# -- EOS, and ragged rows side by side -------------------------------------------------------
+
+
+def test_stop_law_puts_what_follows_the_first_eos_on_the_stop_symbol():
+    joint = np.array([[0.1, 0.2], [0.3, 0.4]])  # two tokens over vocab 2; EOS = 1
+    expected = np.zeros((3, 3))
+    expected[0, 0], expected[0, 1] = 0.1, 0.2  # (0, 1): the EOS is the last position
+    expected[1, 2] = 0.3 + 0.4  # (1, x): stopped after the first token
+    np.testing.assert_array_equal(testing.decoder.stop_law(joint, 1), expected)
+
+
+def _check(decoder, prompts, **kwargs) -> testing.Report:
+    _, tp, _, dp = PAIR
+    report = testing.check_decoder(
+        decoder, tp, dp, draws=DRAWS, prompts=prompts, greedy=False, **kwargs
+    )
+    print(report)
+    return report
+
+
+def test_stopped_and_ragged_rows_of_a_lossless_decoder_pass():
+    # 3 prompts x 5 checks (the joint of L = 4 tokens and 4 marginals) at 1e-6: false failure
+    # <= 1.5e-5.
+    report = _check(_chain(), ((0, 1), (2, 3), (4,)), eos_id=2, mixed=True)
+    assert report.passed and report.num_checks == 15, str(report)
+
+
+class _RunsPastEos(SpeculativeDecoder):
+    """A planted bug: rows go on generating after their EOS."""
+
+    def generate(self, *params, eos_id=None, **kwargs):
+        del eos_id
+        return super().generate(*params, **kwargs)
+
+
+class _RowsSwapped(SpeculativeDecoder):
+    """A planted bug: every row returns its neighbour's continuation."""
+
+    def generate(self, *params, **kwargs):
+        result = super().generate(*params, **kwargs)
+        return dataclasses.replace(result, tokens=jnp.roll(result.tokens, 1, axis=0))
+
+
+def _planted(cls):
+    return cls(**{f.name: getattr(_chain(), f.name) for f in dataclasses.fields(_chain())})
+
+
+def test_a_decoder_that_runs_past_eos_fails():
+    report = _check(_planted(_RunsPastEos), PROMPTS, eos_id=2)
+    assert not report.passed and report.min_pvalue == 0.0, str(report)  # impossible streams
+
+
+def test_rows_that_swap_outputs_fail_only_side_by_side():
+    # Equal prompt lengths, different last tokens (bigram laws): one prompt per call cannot see
+    # the swap (every row has the same law); prompts side by side must.
+    prompts = ((0, 1), (2, 3))
+    assert _check(_planted(_RowsSwapped), prompts).passed  # false failure <= 1e-5
+    report = _check(_planted(_RowsSwapped), prompts, mixed=True)
+    assert not report.passed and report.min_pvalue < 1e-20, str(report)
 
 
 def test_bad_arguments_raise():

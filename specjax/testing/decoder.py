@@ -24,7 +24,13 @@ new tokens and compares the first L emitted tokens with the target's exact law:
     with probability <= k x 1e-6 (Bonferroni; the report states it);
   * with `greedy=True` and a decoder that has a `warper` field: the decoder rebuilt at
     temperature 0 must equal the autoregressive decoder token for token on every prompt
-    (`greedy_equality`, a deterministic check: pass or fail, recorded as p-value 1 or 0).
+    (`greedy_equality`, a deterministic check: pass or fail, recorded as p-value 1 or 0);
+  * with `eos_id`, rows stop at that token, and the law is that of the stopped stream: the
+    positions after a row's first EOS hold a stop symbol (`stop_law`), so a decoder that
+    emits past EOS, or stops early, or miscounts what a stopped row emitted, fails;
+  * with `mixed=True`, every call holds all prompts side by side (ragged rows in one batch,
+    each checked against its own prompt's law): a decoder whose rows read each other's
+    lengths, caches or keys fails where one prompt per call cannot show it.
 
 Seeds are fixed, so a run is deterministic. `tiny_bigram_pair` builds the target and draft
 tables by hand from Dirichlet draws with a fixed seed (the draft a mixture of the target and
@@ -80,11 +86,14 @@ def tiny_bigram_pair(vocab: int = 5, seed: int = 0, *, concentration: float = 0.
     return model, params(p), model, params(q)
 
 
-def target_law(decoder, target_params, prompt: Sequence[int], length: int) -> np.ndarray:
+def target_law(
+    decoder, target_params, prompt: Sequence[int], length: int, eos_id: int | None = None
+) -> np.ndarray:
     """float64 [vocab] * length: P(first `length` new tokens | prompt) under the target.
 
     Enumerates every continuation with the target's own forward pass (one batch of
-    vocab^(length - 1) rows) and the decoder's warper.
+    vocab^(length - 1) rows) and the decoder's warper. With `eos_id`: float64 [vocab + 1] *
+    length, the law of the stream that stops after its first EOS (`stop_law`).
     """
     target = decoder.models[0]
     vocab = decoder.vocab_size
@@ -103,25 +112,79 @@ def target_law(decoder, target_params, prompt: Sequence[int], length: int) -> np
     # p(x_1..x_{L-1}) from each row's own tokens, times the last step's row.
     chosen = np.take_along_axis(probs[:, : length - 1], prefixes[..., None], axis=-1)[..., 0]
     joint = np.prod(chosen, axis=-1)[:, None] * probs[:, length - 1]  # [rows, vocab]
-    return joint.reshape((vocab,) * length)
+    joint = joint.reshape((vocab,) * length)
+    return joint if eos_id is None else stop_law(joint, eos_id)
+
+
+def stop_law(joint: np.ndarray, eos_id: int) -> np.ndarray:
+    """float64 [vocab + 1] * L: `joint` ([vocab] * L) for a stream that stops after its first
+    `eos_id`, every position after it holding the stop symbol `vocab`."""
+    vocab, length = joint.shape[0], joint.ndim
+    seqs = np.array(list(itertools.product(range(vocab), repeat=length)))  # joint's C order
+    is_eos = seqs == eos_id
+    after = (np.cumsum(is_eos, axis=1) - is_eos) > 0  # an EOS came before this position
+    seqs = np.where(after, vocab, seqs)
+    out = np.zeros((vocab + 1,) * length)
+    np.add.at(out, tuple(seqs.T), joint.ravel())
+    return out
 
 
 def sample_streams(
-    decoder, params, prompt, length: int, *, draws: int, batch: int, seed: int
-) -> np.ndarray:
-    """int [draws, length]: the first `length` tokens `decoder` generates after `prompt`."""
-    prompts = np.tile(np.asarray(prompt, np.int32), (batch, 1))  # [batch, P]
+    decoder,
+    params,
+    prompts,
+    length: int,
+    *,
+    draws: int,
+    batch: int,
+    seed: int,
+    eos_id: int | None = None,
+) -> list[np.ndarray]:
+    """Per prompt, int [draws, length]: the first `length` tokens `decoder` generates after it.
+
+    Every `generate` call has `batch` rows, row r on prompts[r % len(prompts)] (one prompt: a
+    tiled batch; several: ragged rows side by side), and its own key, fold_in(key(seed), call).
+    With `eos_id`, a row stops after its EOS and its later positions hold the stop symbol
+    `decoder.vocab_size`; a row that stops short of `length` tokens without one raises.
+    """
+    prompts = [np.asarray(p, np.int32) for p in prompts]
+    if len(prompts) == 1:
+        batch_prompts = np.tile(prompts[0], (batch, 1))  # [batch, P]
+    else:
+        batch_prompts = [prompts[r % len(prompts)] for r in range(batch)]
+    rows_of = [np.arange(i, batch, len(prompts)) for i in range(len(prompts))]
+    per_call = min(len(rows) for rows in rows_of)
+    if per_call == 0:
+        raise ValueError(
+            f"batch={batch} rows cannot hold one row of each of {len(prompts)} prompts"
+        )
     key = jax.random.key(seed)
-    out = []
-    for i in range(-(-draws // batch)):
+    out = [[] for _ in prompts]
+    stop = decoder.vocab_size
+    for i in range(-(-draws // per_call)):
         result = decoder.generate(
-            *params, prompts=prompts, key=jax.random.fold_in(key, i), max_new_tokens=length
+            *params,
+            prompts=batch_prompts,
+            key=jax.random.fold_in(key, i),
+            max_new_tokens=length,
+            eos_id=eos_id,
         )
         tokens, lengths = jax.device_get((result.tokens, result.lengths))
-        if not np.all(lengths >= len(prompt) + length):
-            raise ValueError(f"{decoder!r} generated fewer than {length} tokens")
-        out.append(tokens[:, len(prompt) : len(prompt) + length])
-    return np.concatenate(out)[:draws]
+        for prompt, rows, streams in zip(prompts, rows_of, out, strict=True):
+            start = len(prompt)
+            new = tokens[rows, start : start + length]  # [rows, length]
+            emitted = lengths[rows] - start  # [rows]
+            ended = emitted < length
+            if ended.any():
+                last = new[ended, np.maximum(emitted[ended], 1) - 1]
+                if eos_id is None or not np.all((emitted[ended] >= 1) & (last == eos_id)):
+                    raise ValueError(
+                        f"{decoder!r} generated fewer than {length} tokens without an EOS"
+                    )
+            if eos_id is not None:
+                new = np.where(np.arange(length) >= emitted[:, None], stop, new)
+            streams.append(new)
+    return [np.concatenate(streams)[:draws] for streams in out]
 
 
 def _counts(streams: np.ndarray, vocab: int) -> np.ndarray:
@@ -161,6 +224,8 @@ def check_decoder(
     threshold: float = PVALUE_THRESHOLD,
     greedy: bool = True,
     name: str | None = None,
+    eos_id: int | None = None,
+    mixed: bool = False,
 ) -> Report:
     """Tests that `decoder` samples the target's law (see module doc).
 
@@ -177,6 +242,12 @@ def check_decoder(
       greedy: also check temperature 0 against the autoregressive decoder token for token
         (needs a dataclass decoder with a `warper` field).
       name: the decoder's name in the report.
+      eos_id: generate with this EOS: a row stops after it, and the law compared is that of
+        the stopped stream (`stop_law`: vocab + 1 symbols, the last one "stopped").
+      mixed: every call interleaves all prompts (row r on prompts[r % len(prompts)]): ragged
+        rows side by side, each checked against its own prompt's law (`draws` rows each, one
+        seed `seed * 1000`), which catches rows that read each other's state. False: one
+        prompt per call (seed `seed * 1000 + i` for prompt i).
 
     Returns:
       `Report` (the type `check_acceptance_rule` returns); `report.passed` is the verdict.
@@ -197,27 +268,32 @@ def check_decoder(
     length = max(3, int(decoder.tokens_per_step)) if length is None else int(length)
     if length < 1:
         raise ValueError(f"length must be >= 1; got {length}")
-    vocab = decoder.vocab_size
+    symbols = decoder.vocab_size + (eos_id is not None)  # + the stop symbol
     start = time.perf_counter()
+    if mixed:
+        rows = min(batch, draws * len(prompts))
+        every = sample_streams(
+            decoder, params, prompts, length, draws=draws, batch=rows, seed=seed * 1000,
+            eos_id=eos_id,
+        )  # fmt: skip
+    else:
+        every = [
+            sample_streams(
+                decoder, params, [prompt], length, draws=draws, batch=min(batch, draws),
+                seed=seed * 1000 + i, eos_id=eos_id,
+            )[0]
+            for i, prompt in enumerate(prompts)
+        ]  # fmt: skip
     results = []
-    for i, prompt in enumerate(prompts):
+    for prompt, streams in zip(prompts, every, strict=True):
         case = f"prompt{list(prompt)}"
-        law = target_law(decoder, params[0], prompt, length)
-        streams = sample_streams(
-            decoder,
-            params,
-            prompt,
-            length,
-            draws=draws,
-            batch=min(batch, draws),
-            seed=seed * 1000 + i,
-        )
+        law = target_law(decoder, params[0], prompt, length, eos_id)
         results.append(
-            CheckResult(case, "joint", pooled_chi2(_counts(streams, vocab), law), threshold)
+            CheckResult(case, "joint", pooled_chi2(_counts(streams, symbols), law), threshold)
         )
         for t in range(length):
             marginal = law.sum(axis=tuple(a for a in range(length) if a != t))
-            counts = np.bincount(streams[:, t], minlength=vocab)
+            counts = np.bincount(streams[:, t], minlength=symbols)
             results.append(
                 CheckResult(case, f"token{t + 1}", pooled_chi2(counts, marginal), threshold)
             )
