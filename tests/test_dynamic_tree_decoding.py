@@ -3,7 +3,8 @@ and the node selection: tests/test_dynamic_tree.py).
 
 * `check_decoder` (the kit) on a tiny Llama-shaped target (vocab 5) with an untrained EAGLE head
   (a poor but arbitrary draft) at t = 1 and under a top-k warper: 2^14 rows per prompt, two
-  prompts; false-failure rate the kit's Bonferroni bound, 11 checks x 1e-6, about 1.1e-5 each.
+  prompts side by side in every call (`mixed=True`); false-failure rate the kit's Bonferroni
+  bound, 11 checks x 1e-6, about 1.1e-5 each.
 * The planted bug of the issue (Sequoia's without-replacement rule applied to the pruned tree,
   with each node's parent q) must fail the same check (same draws, prompts and threshold); the
   decoder itself refuses draft probs for a dynamic tree.
@@ -64,7 +65,9 @@ def test_decoder_takes_a_dynamic_tree_only_from_a_head():
 @pytest.mark.parametrize("warper", [T1, make_warper(0.8, top_k=3)], ids=["t1", "t0.8-top3"])
 def test_dynamic_tree_is_lossless(warper):
     dec, tp, hp, _ = _decoder(warper=warper)
-    report = testing.check_decoder(dec, tp, hp, draws=1 << 14, prompts=((2,), (1, 4, 3)))
+    report = testing.check_decoder(
+        dec, tp, hp, draws=1 << 14, prompts=((2,), (1, 4, 3)), mixed=True
+    )
     print(report)
     assert report.passed
 

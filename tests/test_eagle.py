@@ -3,7 +3,8 @@
 * `embed`/`unembed` of a transformer equal what its forward pass does (both layouts).
 * `check_decoder` on a tiny Llama-shaped target (vocab 5) with an *untrained* head (random
   params: a poor but arbitrary q, which is what losslessness must survive): 2^14 rows per prompt,
-  one prompt of one token (the placeholder pair) and one of three. False-failure rate: the kit's
+  one prompt of one token (the placeholder pair) and one of three, side by side in every call
+  (`mixed=True`: ragged rows in one batch). False-failure rate: the kit's
   Bonferroni bound, k x 1e-6 with k = 2 prompts x (4 + 1) + 2 = 12 checks, about 1.2e-5.
 * The features the drafter holds after some steps equal the target's hidden states recomputed
   from scratch on the committed sequence, row for row (the seam passes the right ones).
@@ -96,7 +97,9 @@ def _decoder(vocab=5, gamma=3, warper=T1, seed=0):
 
 def test_eagle_chain_is_lossless():
     dec, tp, hp, _ = _decoder()
-    report = testing.check_decoder(dec, tp, hp, draws=1 << 14, prompts=((2,), (1, 4, 3)))
+    report = testing.check_decoder(
+        dec, tp, hp, draws=1 << 14, prompts=((2,), (1, 4, 3)), mixed=True
+    )
     print(report)
     assert report.passed
 
@@ -181,7 +184,9 @@ def test_eagle_tree_is_lossless():
     prompt; false-failure rate as above (k = 2 x (4 + 1) + 2 checks, about 1.2e-5)."""
     dec, tp, hp, _ = _tree_decoder()
     assert isinstance(dec.drafter, EagleTreeDrafter)
-    report = testing.check_decoder(dec, tp, hp, draws=1 << 14, prompts=((2,), (1, 4, 3)))
+    report = testing.check_decoder(
+        dec, tp, hp, draws=1 << 14, prompts=((2,), (1, 4, 3)), mixed=True
+    )
     print(report)
     assert report.passed
 
@@ -222,6 +227,8 @@ def test_a_reduced_draft_vocabulary_is_lossless(structure):
         dec = TreeSpeculativeDecoder(target, head, tree, T1, replacement=False, cache_len=32)
     logits = head.logits(tp, hp, jnp.ones((2, 16)))
     assert bool(jnp.isneginf(logits[:, jnp.array([0, 2, 4])]).all())
-    report = testing.check_decoder(dec, tp, hp, draws=1 << 14, prompts=((2,), (1, 4, 3)))
+    report = testing.check_decoder(
+        dec, tp, hp, draws=1 << 14, prompts=((2,), (1, 4, 3)), mixed=True
+    )
     print(report)
     assert report.passed

@@ -7,7 +7,8 @@
 * The drafter holds the target's layer features (the blocks' outputs, concatenated) after
   some decoding steps, equal to a fresh forward pass's.
 * `check_decoder` on a tiny Llama-shaped target (vocab 5) with an untrained EAGLE-3 head over a
-  reduced draft vocabulary (q = 0 on 3 of 5 tokens): 2^14 rows per prompt; false-failure rate:
+  reduced draft vocabulary (q = 0 on 3 of 5 tokens): 2^14 rows per prompt, the two prompts side
+  by side in every call (`mixed=True`); false-failure rate:
   the kit's Bonferroni bound, k x 1e-6 with k = 2 prompts x (4 + 1) + 2 = 12 checks, 1.2e-5.
 * Greedy chain and tree decoding equal the autoregressive decoder token for token.
 * A head cut to fewer of its draft ids (`restricted`) has the trained logits at those ids,
@@ -123,7 +124,9 @@ def test_the_drafter_holds_the_layer_features():
 def test_eagle3_chain_is_lossless():
     target, tp, head, hp = _head(vocab=5, seed=0, draft_ids=(1, 3))
     dec = SpeculativeDecoder(target, head, 3, T1, cache_len=32)
-    report = testing.check_decoder(dec, tp, hp, draws=1 << 14, prompts=((2,), (1, 4, 3)))
+    report = testing.check_decoder(
+        dec, tp, hp, draws=1 << 14, prompts=((2,), (1, 4, 3)), mixed=True
+    )
     print(report)
     assert report.passed
 

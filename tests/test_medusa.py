@@ -3,7 +3,8 @@
 top-k tree), clear errors; a tiny run trains, saves and loads them.
 
 The target is test_eagle's tiny Llama (vocab 5 for the statistical checks). False-failure rate
-of each `check_decoder` run: the kit's Bonferroni bound, 12 checks at 1e-6, about 1.2e-5.
+of each `check_decoder` run: the kit's Bonferroni bound, 12 checks at 1e-6, about 1.2e-5. The
+lossless runs put the two prompts side by side in every call (`mixed=True`: ragged rows).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def test_medusa_chain_with_a_reduced_vocabulary_is_lossless():
     target, tp, heads, hp = _heads(5, draft_ids=(0, 2, 3))
     dec = SpeculativeDecoder(target, heads, 3, T1, cache_len=32)
     assert isinstance(dec.drafter, MedusaDrafter)
-    report = testing.check_decoder(dec, tp, hp, draws=1 << 14, prompts=PROMPTS)
+    report = testing.check_decoder(dec, tp, hp, draws=1 << 14, prompts=PROMPTS, mixed=True)
     print(report)
     assert report.passed
 
@@ -79,7 +80,7 @@ def test_medusa_tree_is_lossless(replacement):
     tree = TokenTree.from_branching((3, 2))
     dec = TreeSpeculativeDecoder(target, heads, tree, T1, replacement=replacement, cache_len=32)
     assert isinstance(dec.drafter, MedusaTreeDrafter)
-    report = testing.check_decoder(dec, tp, hp, draws=1 << 14, prompts=PROMPTS)
+    report = testing.check_decoder(dec, tp, hp, draws=1 << 14, prompts=PROMPTS, mixed=True)
     print(report)
     assert report.passed
 

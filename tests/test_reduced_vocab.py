@@ -4,8 +4,9 @@
   the cache advance as the inner model's.
 * A transformer draft reduced to 2 of 5 tokens, as a chain (γ = 3) and as a Sequoia tree whose
   root draws three children without replacement from a q of two tokens (the supp-exhausted
-  fallback), passes `testing.check_decoder` (2^14 draws per prompt; false-failure rate: the kit's
-  Bonferroni bound, 11 checks at 1e-6 each, about 1.1e-5) and its greedy identity with AR. A
+  fallback), passes `testing.check_decoder` (2^14 draws per prompt, the two prompts side by
+  side in every call, `mixed=True`; false-failure rate: the kit's Bonferroni bound, 11 checks
+  at 1e-6 each, about 1.1e-5) and its greedy identity with AR. A
   reduced draft is just another draft, so there is no biased variant of it to catch: the
   kit's power against biased rules is calibrated in tests/test_testing_kit.py.
 * `DistilledDraft.decode_model(draft_ids=...)` is the reduced decode model; bad ids and a model
@@ -62,7 +63,9 @@ def test_a_reduced_draft_is_lossless(structure):
     else:
         tree = TokenTree.from_branching((3, 1))
         dec = TreeSpeculativeDecoder(target, draft, tree, T1, replacement=False, cache_len=32)
-    report = testing.check_decoder(dec, tp, dp, draws=1 << 14, prompts=((2,), (1, 4, 3)))
+    report = testing.check_decoder(
+        dec, tp, dp, draws=1 << 14, prompts=((2,), (1, 4, 3)), mixed=True
+    )
     print(report)
     assert report.passed
 

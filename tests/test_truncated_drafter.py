@@ -1,9 +1,10 @@
 """A γ policy over drafters that are not models (`TruncatedDrafter`): prompt lookup, EAGLE heads.
 
 * `check_decoder` (the kit's exact-law test) on a tiny target, vocab 5, t = 1, 2^14 rows per
-  prompt: prompt lookup under the heuristic policy (deterministic proposals, a budget that moves
-  with every verdict) and an untrained EAGLE-1 head under the confidence policy (cuts by the
-  head's own q). False-failure rate per test: the kit's Bonferroni bound, k x 1e-6 with
+  prompt (the lossless runs with both prompts side by side in every call, `mixed=True`):
+  prompt lookup under the heuristic policy (deterministic proposals, a budget that moves with
+  every verdict) and an untrained EAGLE-1 head under the confidence policy (cuts by the head's
+  own q). False-failure rate per test: the kit's Bonferroni bound, k x 1e-6 with
   k = 2 prompts x (3 + 1) + 2 = 10 checks, 1e-5.
 * Negative control: the same cut reported wrongly (tokens zeroed past the cut but num_drafted
   left at γ, so the rule verifies zero tokens with q = 0 there) must fail the same test.
@@ -59,7 +60,7 @@ def _eagle(vocab=5, warper=T1, policy=CONFIDENCE):
 def test_a_policy_over_a_drafter_is_lossless(build):
     dec, tp, dp = build()
     assert isinstance(dec.drafter, TruncatedDrafter)
-    report = testing.check_decoder(dec, tp, dp, draws=1 << 14, prompts=PROMPTS)
+    report = testing.check_decoder(dec, tp, dp, draws=1 << 14, prompts=PROMPTS, mixed=True)
     print(report)
     assert report.passed
 
