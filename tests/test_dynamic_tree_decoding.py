@@ -72,6 +72,20 @@ def test_dynamic_tree_is_lossless(warper):
     assert report.passed
 
 
+@pytest.mark.runtime_bound  # as above; the t = 1 decoder's program, reused
+def test_a_dynamic_tree_stops_at_eos_as_the_target_does():
+    """Rows end at EOS (`eos_id=0`): the stopped stream must follow the target's stream cut
+    after its first EOS (the kit's `stop_law`), with the rows of both prompts side by side.
+    10 checks at 1e-6: false failure <= 1e-5."""
+    dec, tp, hp, _ = _decoder()
+    report = testing.check_decoder(
+        dec, tp, hp, draws=1 << 14, prompts=((2,), (1, 4, 3)), mixed=True, eos_id=0,
+        greedy=False,
+    )  # fmt: skip
+    print(report)
+    assert report.passed
+
+
 class _SequoiaOnPrunedTree(EagleDynamicTreeDrafter):
     """Planted bug, drafter half: reports each node's parent q."""
 
