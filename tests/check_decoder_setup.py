@@ -1,7 +1,7 @@
 """Shared set-up of tests/test_check_decoder*.py: the tiny bigram pair and the kit's call.
 
 `tiny_bigram_pair(5, seed=0)`: bigram target and draft tables over 5 tokens (fixed Dirichlet
-seeds); every check draws 2^14 rows on one prompt, (1, 2).
+seeds); every check draws 2^14 rows per prompt, by default on one, (1, 2).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ PAIR = testing.tiny_bigram_pair(5, seed=0)
 T1 = make_warper(1.0)
 
 
-def check(decoder, **kwargs) -> testing.Report:
-    """`testing.check_decoder` on PAIR's params, DRAWS rows, PROMPTS; prints the report."""
+def check(decoder, prompts=PROMPTS, **kwargs) -> testing.Report:
+    """`testing.check_decoder` on PAIR's params, DRAWS rows, `prompts`; prints the report."""
     _, tp, _, dp = PAIR
-    report = testing.check_decoder(decoder, tp, dp, draws=DRAWS, prompts=PROMPTS, **kwargs)
+    report = testing.check_decoder(decoder, tp, dp, draws=DRAWS, prompts=prompts, **kwargs)
     print(report)
     return report

@@ -18,7 +18,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from check_decoder_setup import DRAWS, PAIR, PROMPTS, T1, check
+from check_decoder_setup import PAIR, T1, check
 
 from specjax import testing
 from specjax.decoding import HeuristicGamma, SpeculativeDecoder
@@ -28,10 +28,10 @@ from specjax.decoding.rules import BoundRule, accept_rule
 pytestmark = pytest.mark.compile_bound
 
 
-def _chain(accept="tokenwise", gamma=3, **kwargs):
+def _chain(accept="tokenwise", gamma=3, cls=SpeculativeDecoder, **kwargs):
     target, _, draft, _ = PAIR
     rule = accept_rule(accept) if isinstance(accept, str) else accept
-    return SpeculativeDecoder(target, draft, gamma, T1, cache_len=32, accept=rule, **kwargs)
+    return cls(target, draft, gamma, T1, cache_len=32, accept=rule, **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -107,19 +107,10 @@ def test_stop_law_puts_what_follows_the_first_eos_on_the_stop_symbol():
     np.testing.assert_array_equal(testing.decoder.stop_law(joint, 1), expected)
 
 
-def _check(decoder, prompts, **kwargs) -> testing.Report:
-    _, tp, _, dp = PAIR
-    report = testing.check_decoder(
-        decoder, tp, dp, draws=DRAWS, prompts=prompts, greedy=False, **kwargs
-    )
-    print(report)
-    return report
-
-
 def test_stopped_and_ragged_rows_of_a_lossless_decoder_pass():
     # 3 prompts x 5 checks (the joint of L = 4 tokens and 4 marginals) at 1e-6: false failure
     # <= 1.5e-5.
-    report = _check(_chain(), ((0, 1), (2, 3), (4,)), eos_id=2, mixed=True)
+    report = check(_chain(), ((0, 1), (2, 3), (4,)), greedy=False, eos_id=2, mixed=True)
     assert report.passed and report.num_checks == 15, str(report)
 
 
@@ -139,12 +130,8 @@ class _RowsSwapped(SpeculativeDecoder):
         return dataclasses.replace(result, tokens=jnp.roll(result.tokens, 1, axis=0))
 
 
-def _planted(cls):
-    return cls(**{f.name: getattr(_chain(), f.name) for f in dataclasses.fields(_chain())})
-
-
 def test_a_decoder_that_runs_past_eos_fails():
-    report = _check(_planted(_RunsPastEos), PROMPTS, eos_id=2)
+    report = check(_chain(cls=_RunsPastEos), greedy=False, eos_id=2)
     assert not report.passed and report.min_pvalue == 0.0, str(report)  # impossible streams
 
 
@@ -152,8 +139,8 @@ def test_rows_that_swap_outputs_fail_only_side_by_side():
     # Equal prompt lengths, different last tokens (bigram laws): one prompt per call cannot see
     # the swap (every row has the same law); prompts side by side must.
     prompts = ((0, 1), (2, 3))
-    assert _check(_planted(_RowsSwapped), prompts).passed  # false failure <= 1e-5
-    report = _check(_planted(_RowsSwapped), prompts, mixed=True)
+    assert check(_chain(cls=_RowsSwapped), prompts, greedy=False).passed  # false failure <= 1e-5
+    report = check(_chain(cls=_RowsSwapped), prompts, greedy=False, mixed=True)
     assert not report.passed and report.min_pvalue < 1e-20, str(report)
 
 

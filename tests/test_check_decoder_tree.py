@@ -15,10 +15,9 @@ import dataclasses
 
 import jax.numpy as jnp
 import pytest
-from check_decoder_setup import DRAWS, PAIR, T1, check
+from check_decoder_setup import PAIR, T1, check
 from tree_reference import make_switches, reference_accept
 
-from specjax import testing
 from specjax.decoding import TokenTree, TreeSpeculativeDecoder
 
 # Bigram pairs, four calls per program: level 1 costs more than it saves (tests/conftest.py).
@@ -82,12 +81,8 @@ class NoSiblingResidualTree(TreeSpeculativeDecoder):
 def test_stopped_rows_of_prompts_side_by_side_pass():
     """A tree without replacement with EOS (`eos_id=3`: the stopped stream's law) and two
     prompts in every call (`mixed=True`). 2 x 4 checks at 1e-6: false failure <= 8e-6."""
-    _, tp, _, dp = PAIR
-    report = testing.check_decoder(
-        _tree((3, 1), replacement=False), tp, dp, draws=DRAWS, prompts=((1, 2), (4, 0)),
-        greedy=False, eos_id=3, mixed=True,
-    )  # fmt: skip
-    print(report)
+    tree = _tree((3, 1), replacement=False)
+    report = check(tree, ((1, 2), (4, 0)), greedy=False, eos_id=3, mixed=True)
     assert report.passed and report.num_checks == 8, str(report)
 
 
