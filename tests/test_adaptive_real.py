@@ -106,9 +106,9 @@ def test_a_decoder_with_other_tokens_breaks_greedy_identity():
         )
 
     timed = {(label, task): timing([1, 2, 3]) for label in ("fixed1", "p") for task in TASKS}
-    assert adaptive_real._identical(timed, ["fixed1", "p"], "fixed1") is True
+    assert adaptive_real._identical(timed, ["fixed1", "p"], "fixed1", TASKS) is True
     timed[("p", TASKS[-1])] = timing([1, 2, 4])  # one token differs, on one task
-    assert adaptive_real._identical(timed, ["fixed1", "p"], "fixed1") is False
+    assert adaptive_real._identical(timed, ["fixed1", "p"], "fixed1", TASKS) is False
 
 
 def test_theory_loop_needs_every_gamma_up_to_gamma_max_before_any_work():
@@ -120,7 +120,8 @@ def test_theory_loop_needs_every_gamma_up_to_gamma_max_before_any_work():
 
 def test_prompt_lookup_under_every_policy_is_greedy_identical(tmp_path):
     """draft_head="lookup": the policies cut prompt lookup's proposals (TruncatedDrafter); every
-    decoder emits the first fixed γ's tokens at t = 0."""
+    decoder emits the first fixed γ's tokens at t = 0. On a prompts file of two tasks of ours
+    (`prompts_file`): the sets are its tasks and the mixed set."""
     from tests.gguf_writer import write_tiny_gguf
 
     path = os.path.join(tmp_path, "tiny.gguf")
@@ -128,6 +129,10 @@ def test_prompt_lookup_under_every_policy_is_greedy_identical(tmp_path):
     config = ext_config.get_config("smollm2,gammas=1/2,per_task=1,repeats=1,temperatures=0")
     c = config.adaptive
     c.pretrained, c.draft_head = path, "lookup"
+    c.prompts_file = os.path.join(tmp_path, "prompts.jsonl")
+    with open(c.prompts_file, "w", encoding="utf-8") as f:
+        f.write('{"task": "echo", "text": "Repeat: red, green, red, green, red."}\n')
+        f.write('{"task": "count", "text": "Count from 1 to 9."}\n')
     c.policies = ("heuristic+auto", "theory_loop+auto")
     c.max_new_tokens, c.cost_context = 6, 8
     results = adaptive_real.run(c, "", log=lambda *_: None)
@@ -136,3 +141,10 @@ def test_prompt_lookup_under_every_policy_is_greedy_identical(tmp_path):
     assert block["greedy_identical"] is True
     mixed = block["sets"][adaptive_real.MIXED]["rows"]
     assert [r["decoder"] for r in mixed] == ["fixed1", "fixed2", *c.policies]
+    assert list(block["sets"]) == ["echo", "count", adaptive_real.MIXED]
+    assert results["tasks"] == ["echo", "count"] and results["prompts_file"] == c.prompts_file
+    c.prompts_file = os.path.join(tmp_path, "mixed.jsonl")
+    with open(c.prompts_file, "w", encoding="utf-8") as f:
+        f.write('{"task": "mixed", "text": "x"}\n')
+    with pytest.raises(ValueError, match="'mixed' names the mixed set"):
+        adaptive_real.run(c, "", log=lambda *_: None)

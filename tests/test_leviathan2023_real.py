@@ -2,8 +2,9 @@
 
 Runs `experiments/leviathan2023/real.py` end to end on a tiny random Llama written as a GGUF file
 with a chat template (tests/gguf_writer.py), in place of SmolLM2, with three draft kinds and
-two γ, then checks the figures against each other and against hand-computed models. The real
-run's figures are in experiments/leviathan2023/README.md.
+two γ, on a prompts file of two tasks (`config.prompts_file`), then checks the figures against
+each other and against hand-computed models. The real run's figures are in
+experiments/leviathan2023/README.md.
 """
 
 import dataclasses
@@ -15,8 +16,8 @@ import pytest
 
 from configs import leviathan2023 as lev_config
 from experiments.common import real_drafts
-from experiments.common.real_prompts import TASKS
-from experiments.leviathan2023 import pipeline, real, report
+from experiments.common.real_prompts import load_prompts
+from experiments.leviathan2023 import pipeline, report
 from specjax import theory
 from specjax.decoding import summarize_stats
 from specjax.decoding.state import init_stats
@@ -28,7 +29,20 @@ def results(tmp_path_factory):
     root = tmp_path_factory.mktemp("lev-real")
     path = os.fspath(root / "tiny.gguf")
     write_tiny_gguf(path, context=1024, tied=True)
+    prompts = root / "prompts.jsonl"
+    lines = [
+        {"task": "limerick", "text": "Write a limerick about a cat."},
+        {"task": "sums", "text": "What is 17 + 25?"},
+        {"task": "limerick", "text": "Write a limerick about rain."},
+        {"task": "sums", "messages": [
+            {"role": "system", "content": "Answer with a number."},
+            {"role": "user", "content": "What is 6 times 7?"},
+        ]},
+        {"task": "limerick", "text": "Write a limerick about a ship."},
+    ]  # fmt: skip
+    prompts.write_text("".join(json.dumps(x) + "\n" for x in lines))
     config = lev_config.get_config("smollm2,gammas=1/2,repeats=2")
+    config.prompts_file = os.fspath(prompts)
     config.pretrained = path
     config.target_label = "tiny"
     config.drafts = ("prompt lookup", "first 1 layers")  # uniform is added: c needs it
@@ -40,7 +54,7 @@ def results(tmp_path_factory):
     config.alpha_prompts = 3
     config.alpha_new_tokens = 8
     config.alpha_rounds = 1
-    config.walltime_prompts = 2
+    config.walltime_prompts = 2  # the file's held-out prompts: its 3rd and 4th lines
     config.max_new_tokens = 8
     config.cost_steps = 2
     config.iteration_steps = 2
@@ -52,12 +66,6 @@ def results(tmp_path_factory):
 def test_draft_vocabs_option_reaches_the_config():
     assert lev_config.get_config("smollm2").draft_vocabs == ()
     assert lev_config.get_config("smollm2,draft_vocabs=2048/512").draft_vocabs == (2048, 512)
-
-
-def test_prompts_are_held_out_and_cover_every_task():
-    assert not set(real.ALPHA_PROMPTS) & set(real.WALLTIME_PROMPTS)
-    for prompts, per_task in ((real.ALPHA_PROMPTS, 2), (real.WALLTIME_PROMPTS, 1)):
-        assert [p.task for p in prompts] == [t for t in TASKS for _ in range(per_task)]
 
 
 def test_writes_both_tables_and_every_draft(results):
@@ -79,11 +87,15 @@ def test_writes_both_tables_and_every_draft(results):
 def test_greedy_rows_equal_autoregressive_and_table3_is_taken_at_the_largest_gamma(results):
     out, _ = results
     table = out["real"]["0"]
-    assert table["gamma"] == 2 and table["prompts"] == 3
+    assert table["gamma"] == 2 and table["prompts"] == 3  # lines 1, 2 and 5 of the file
     for row in table["rows"]:
         assert row["greedy_identical"] is True, row["draft"]
         assert len(row["alpha_by_position"]) == 2
-        assert set(row["per_task_alpha"]) == {"summary", "qa"}  # the three prompts' tasks
+        assert list(row["per_task_alpha"]) == ["limerick", "sums"]  # the file's tasks
+    # Table 3 on lines 1, 5 (the limericks alternate) and 2; Table 2 on lines 3 and 4.
+    assert out["prompts"]["table3_tasks"] == ["limerick", "limerick", "sums"]
+    assert out["prompts"]["table2_tasks"] == ["limerick", "sums"]
+    assert len(load_prompts(out["prompts"]["file"])) == 5
 
 
 def test_c_is_measured_against_the_uniform_drafts_iteration(results):

@@ -44,7 +44,8 @@ def test_prompts_are_cut_to_the_shortest_chat_prompt(results):
     assert out["config"]["prompt_len"] == config.prompt_len
     assert out["target"]["name"] == config.pretrained
     assert out["draft"]["name"] == "distilled1-tiny"
-    assert not set(real.STATS_PROMPTS) & set(real.WALLTIME_PROMPTS)
+    stats, wall = real.prompt_sets(config)
+    assert len(stats) == 2 and len(wall) == 1 and not set(stats) & set(wall)
 
 
 def test_greedy_trees_equal_autoregressive_decoding(results):

@@ -27,7 +27,7 @@ import os
 
 import numpy as np
 
-from experiments.common.real_prompts import PROMPTS, SAMPLE_PROMPTS, TASKS
+from experiments.common.real_prompts import PROMPTS, SAMPLE_PROMPTS, tasks_of
 from specjax.benchmark.timing import interleaved, ratio_interval
 from specjax.decoding import (
     AutoregressiveDecoder,
@@ -352,7 +352,7 @@ def draft_table(
         per_token_ar, per_token = ar_s / ar_tokens, s / tokens  # [rounds]
         summary = summarize_stats([o.stats for o in outs])
         by_task, alpha_by_task = {}, {}
-        for task in TASKS:
+        for task in tasks_of(prompts):
             picked = [o.stats for o, p in zip(outs, prompts, strict=True) if p.task == task]
             if picked:
                 task_summary = summarize_stats(picked)

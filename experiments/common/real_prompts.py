@@ -1,18 +1,34 @@
-"""Evaluation prompts for a real chat model, written for specjax (no downloaded dataset).
+"""Evaluation prompts for a real chat model: ours (written for specjax, no dataset), or yours.
 
 Four prompts for each of six tasks: summarising a given text, answering about a given passage,
 writing code, continuing a story, translating, and arithmetic word problems. They are chat
 messages (`tokenizer.apply_chat_template`). They were written once, before any draft was run
-on them, and are not tuned to any method; drafts trained by specjax never see them
-(`HELD_OUT`: the training prompts of feature heads and distilled drafts live elsewhere).
+on them, and are not tuned to any method; drafts trained by specjax never see them (the
+training prompts of feature heads and distilled drafts, `train_prompts.py`, exclude them).
 
     from experiments.common.real_prompts import PROMPTS, by_task
     for case in PROMPTS: case.task, case.messages
+
+Every real-model measurement also runs on a prompt set of your own: a JSON Lines file, given as
+`--config.prompts_file=` to the launcher's smollm2 configs or as `--prompts_file=` to
+`scripts/bench_real.py`. One prompt per line (`load_prompts`):
+
+    {"task": "qa", "text": "Read the passage and answer the question. ..."}
+    {"task": "chat", "messages": [{"role": "system", "content": "Be brief."},
+                                  {"role": "user", "content": "Why is the sea salty?"}]}
+
+Tasks are free names, reported in the order they first appear. Measurements that need two
+disjoint sets (α on one, walltime on prompts held out from it) take each task's prompts
+alternately (`alternate`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+
+ROLES = ("system", "user", "assistant")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,16 +36,22 @@ class Prompt:
     """One evaluation prompt.
 
     Attributes:
-      task: "summary", "qa", "code", "story", "translation" or "arithmetic".
-      text: the user's message.
+      task: the task's name ("summary", "qa", "code", "story", "translation", "arithmetic" in
+        the built-in set; any non-empty name in a prompts file).
+      text: the user's message, the last turn, which the model answers.
+      context: earlier turns as (role, content) pairs (a system message, earlier exchanges);
+        empty for a single user message.
     """
 
     task: str
     text: str
+    context: tuple[tuple[str, str], ...] = ()
 
     @property
     def messages(self) -> list[dict]:
-        return [{"role": "user", "content": self.text}]
+        """The conversation as chat messages, ending with the user's `text`."""
+        turns = [{"role": role, "content": content} for role, content in self.context]
+        return turns + [{"role": "user", "content": self.text}]
 
 
 _SUMMARY = [
@@ -120,11 +142,111 @@ PROMPTS = tuple(
 )
 
 
-def by_task(task: str) -> tuple[Prompt, ...]:
-    """The prompts of one task."""
-    if task not in TASKS:
-        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
-    return tuple(p for p in PROMPTS if p.task == task)
+def tasks_of(prompts) -> tuple[str, ...]:
+    """The task names of `prompts`, in the order they first appear."""
+    return tuple(dict.fromkeys(p.task for p in prompts))
+
+
+def by_task(task: str, prompts=PROMPTS) -> tuple[Prompt, ...]:
+    """The prompts of one task, in their order (`prompts`: the built-in set by default)."""
+    tasks = tasks_of(prompts)
+    if task not in tasks:
+        raise ValueError(f"task must be one of {tasks}, got {task!r}")
+    return tuple(p for p in prompts if p.task == task)
+
+
+def alternate(prompts) -> tuple[tuple[Prompt, ...], tuple[Prompt, ...]]:
+    """Two disjoint sets, each task's prompts taken alternately: its 1st, 3rd, ... and 2nd, 4th...
+
+    The first set is grouped by task (tasks in order of appearance); the second is ordered
+    round-robin over the tasks (every task's 2nd prompt, then every task's 4th, ...), so that
+    its first k prompts cover k tasks. On the built-in set: `PROMPTS[0::2]`, and the second
+    set's first six are `PROMPTS[1::4]`.
+    """
+    groups = [by_task(task, prompts) for task in tasks_of(prompts)]
+    first = tuple(p for g in groups for p in g[0::2])
+    held = [g[1::2] for g in groups]
+    rounds = max((len(h) for h in held), default=0)
+    second = tuple(h[i] for i in range(rounds) for h in held if i < len(h))
+    return first, second
+
+
+def _fail(where: str, what: str):
+    raise ValueError(f"prompts file {where}: {what}")
+
+
+def _text(value, where: str, name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        _fail(where, f"{name} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _parse_line(record, where: str) -> Prompt:
+    """One line's Prompt (see `load_prompts`); `where` is "path:line" for errors."""
+    if not isinstance(record, dict):
+        _fail(where, f"a line must be a JSON object, got {type(record).__name__}")
+    unknown = sorted(set(record) - {"task", "text", "messages"})
+    if unknown:
+        _fail(where, f"unknown keys {unknown} (a line holds task and text, or task and messages)")
+    task = _text(record.get("task"), where, '"task"')
+    if ("text" in record) == ("messages" in record):
+        _fail(where, 'give exactly one of "text" (one user message) and "messages"')
+    if "text" in record:
+        return Prompt(task, _text(record["text"], where, '"text"'))
+    messages = record["messages"]
+    if not isinstance(messages, list) or not messages:
+        _fail(where, f'"messages" must be a non-empty list, got {messages!r}')
+    turns = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or set(m) != {"role", "content"}:
+            _fail(where, f"messages[{i}] must be an object of role and content, got {m!r}")
+        if m["role"] not in ROLES:
+            _fail(where, f"messages[{i}].role must be one of {ROLES}, got {m['role']!r}")
+        turns.append((m["role"], _text(m["content"], where, f"messages[{i}].content")))
+    if turns[-1][0] != "user":
+        _fail(
+            where, f"the last message must be the user's, which the model answers: {turns[-1][0]!r}"
+        )
+    return Prompt(task, turns[-1][1], tuple(turns[:-1]))
+
+
+def load_prompts(path) -> tuple[Prompt, ...]:
+    """Evaluation prompts from a JSON Lines file, one prompt per line (blank lines skipped).
+
+    A line is {"task": name, "text": the user's message}, or {"task": name, "messages": [{"role":
+    "system" | "user" | "assistant", "content": str}, ...]} ending with a user message.
+
+    Raises:
+      FileNotFoundError: no such file.
+      ValueError: a line that is not such an object or repeats an earlier one (naming the file
+        and line), or a file without prompts.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"prompts file {path!r} does not exist")
+    prompts = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                _fail(where, f"not JSON ({e.msg} at column {e.colno})")
+            prompt = _parse_line(record, where)
+            if prompt in prompts:
+                _fail(where, "the same prompt (task and messages) as an earlier line")
+            prompts.append(prompt)
+    if not prompts:
+        raise ValueError(f"prompts file {path!r} holds no prompts")
+    return tuple(prompts)
+
+
+def prompt_set(prompts_file: str | None = "") -> tuple[Prompt, ...]:
+    """The prompts a real-model measurement runs on: `load_prompts(prompts_file)`, or the
+    built-in `PROMPTS` when it is empty or None."""
+    return load_prompts(prompts_file) if prompts_file else PROMPTS
 
 
 # Prompts whose replies are the target's own samples for drafts that are fitted on target text

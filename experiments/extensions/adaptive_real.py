@@ -8,12 +8,12 @@ distilled small transformer trained for it (`real_drafts.distilled_pair`: the ad
 stops its draft loop early), or with `c.draft_head = "lookup"` prompt lookup (a
 `TruncatedDrafter` cuts its proposals; c = 0, and its fixed-γ decoders verify only as wide as
 the proposal, `verify_widths="auto"`, since a miss proposes nothing). Prompts: the first
-`c.per_task` of each of the six tasks of `experiments/common/real_prompts` (our own, through
-the chat template), each decoded at batch 1 in its own call, up to `c.max_new_tokens` or the
-end-of-turn token. Every decoder (each fixed γ in `c.gammas`, each policy at gamma_max =
-max(gammas)) runs every task's prompts, and all (decoder, task) calls are timed round-robin
-(`timing.interleaved`, wall clock), so one round holds every decoder on every task back to
-back.
+`c.per_task` of each task of `experiments/common/real_prompts` (our own six, or yours:
+`--config.prompts_file=`, JSON Lines), through the chat template, each decoded at batch 1 in
+its own call, up to `c.max_new_tokens` or the end-of-turn token. Every decoder (each fixed γ
+in `c.gammas`, each policy at gamma_max = max(gammas)) runs every task's prompts, and all
+(decoder, task) calls are timed round-robin (`timing.interleaved`, wall clock), so one round
+holds every decoder on every task back to back.
 
 Figures, per task and on the mixed set (a round's task calls summed): ms per token, tokens per
 target call, mean γ, and each decoder's speedup over the best fixed γ of that set (the fastest
@@ -35,7 +35,14 @@ import jax
 import numpy as np
 
 from experiments.common import real_drafts
-from experiments.common.real_prompts import SAMPLE_PROMPTS, TASKS, Prompt, by_task
+from experiments.common.real_prompts import (
+    SAMPLE_PROMPTS,
+    TASKS,
+    Prompt,
+    by_task,
+    prompt_set,
+    tasks_of,
+)
 from experiments.extensions.adaptive import (
     decode_each,
     iteration_costs,
@@ -92,10 +99,10 @@ def _block(timed: dict, labels, fixed, sets) -> dict:
     return out
 
 
-def _identical(timed: dict, labels, reference: str) -> bool:
+def _identical(timed: dict, labels, reference: str, tasks) -> bool:
     """Whether every decoder emitted the reference decoder's tokens on every prompt."""
     for label in labels:
-        for task in TASKS:
+        for task in tasks:
             ours = [r.tokens for r in timed[(label, task)].output]
             ref = [r.tokens for r in timed[(reference, task)].output]
             if not all(np.array_equal(a, b) for a, b in zip(ours, ref, strict=True)):
@@ -131,6 +138,10 @@ def run(c, workdir: str, log=print) -> dict:
     gamma_max = max(c.gammas)
     if needs_iteration_costs(c.policies) and tuple(c.gammas) != tuple(range(1, gamma_max + 1)):
         raise ValueError(f"theory_loop needs gammas = 1..gamma_max, got {c.gammas}")
+    every = prompt_set(c.get("prompts_file", ""))  # a bad file fails before any training
+    tasks = tasks_of(every)
+    if MIXED in tasks:
+        raise ValueError(f"config.prompts_file: {MIXED!r} names the mixed set; rename that task")
     lookup = c.draft_head == "lookup"
     if lookup:
         from specjax.pretrained import load_pretrained
@@ -139,7 +150,7 @@ def run(c, workdir: str, log=print) -> dict:
         draft, dparams, draft_name = LookupDrafter(target.vocab_size, 3), {}, "prompt lookup"
     else:
         target, tparams, tokenizer, draft, dparams, draft_name = real_drafts.distilled_pair(c, log)
-    prompts = {task: by_task(task)[: c.per_task] for task in TASKS}
+    prompts = {task: by_task(task, every)[: c.per_task] for task in tasks}
     ids = {task: real_drafts.chat_ids(tokenizer, ps) for task, ps in prompts.items()}
     calibration = real_drafts.chat_ids(tokenizer, [Prompt("calibration", SAMPLE_PROMPTS[0])])
     bucket = _bucket([x for v in ids.values() for x in v] + calibration, c.cache_len)
@@ -155,13 +166,15 @@ def run(c, workdir: str, log=print) -> dict:
         "T(k)/T(1): " + ", ".join(f"{k}: {v / t_target[1]:.2f}" for k, v in t_target.items())
     )
     fixed = [f"fixed{g}" for g in c.gammas]
-    sets = {task: (task,) for task in TASKS} | {MIXED: TASKS}
+    sets = {task: (task,) for task in tasks} | {MIXED: tasks}
     out = dict(
         real=True,
         target=c.pretrained,
         draft=draft_name,
         device=jax.devices()[0].device_kind,
         per_task=c.per_task,
+        prompts_file=c.get("prompts_file", ""),
+        tasks=list(tasks),
         max_new_tokens=c.max_new_tokens,
         repeats=c.repeats,
         policies=list(c.policies),
@@ -202,15 +215,15 @@ def run(c, workdir: str, log=print) -> dict:
                 )
             )
             for label, d in decoders.items()
-            for task in TASKS
+            for task in tasks
         }
         timed = interleaved(calls, c.repeats)
         block = dict(temperature=float(t), sets=_block(timed, list(decoders), fixed, sets))
         if float(t) == 0.0:  # greedy: every decoder must emit the first fixed γ's tokens
-            block["greedy_identical"] = _identical(timed, list(decoders), fixed[0])
+            block["greedy_identical"] = _identical(timed, list(decoders), fixed[0], tasks)
         if per_iteration is not None:
             block["iteration_ms"] = [x * 1e3 for x in per_iteration]
-        block["goals"] = goals(block["sets"], c.policies)
+        block["goals"] = goals(block["sets"], c.policies, tasks)
         out["blocks"].append(block)
         log(report_block(block))
     return out

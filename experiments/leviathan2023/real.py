@@ -21,6 +21,9 @@ The steps, all at batch 1 and on the model's chat template:
         it accepted), an iteration that drafted less counting as a rejection) predicts for
         each γ (`theory.positional_tokens_per_iteration`: held out, since the prompts differ).
 
+Prompts: our chat prompts (`experiments/common/real_prompts`), or yours, one JSON object per
+line: `--config.prompts_file=my_prompts.jsonl` (`prompt_sets` splits them).
+
 Writes results.json in the schema of `pipeline.run` (so `report.py` renders both), plus
 "real": Table 3's full draft tables (α by position and by task).
 """
@@ -33,16 +36,29 @@ import time
 import jax
 
 from experiments.common import real_drafts
-from experiments.common.real_prompts import PROMPTS
+from experiments.common.real_prompts import alternate, prompt_set
 from experiments.leviathan2023 import report
 from specjax import theory
 from specjax.benchmark.costs import call_cost
 from specjax.benchmark.walltime import measure_walltime
 from specjax.decoding import SpeculativeDecoder, make_warper
 
-# Prompts: Table 3 on two of each task's four, Table 2 on a third one (held out from Table 3).
-ALPHA_PROMPTS = PROMPTS[0::2]
-WALLTIME_PROMPTS = PROMPTS[1::4]
+
+def prompt_sets(config) -> tuple[tuple, tuple]:
+    """(Table 3's prompts, Table 2's): each task's prompts taken alternately, so that Table 2 is
+    held out from Table 3 (`real_prompts.alternate`; Table 2's are round-robin over the tasks).
+
+    On the built-in set: Table 3 on two of each task's four, Table 2 on a third (the defaults
+    take 12 and 6). `config.prompts_file` (JSON Lines, `real_prompts.load_prompts`) replaces
+    the built-in set; it needs a task with two prompts, so that Table 2 has one.
+    """
+    alpha, walltime = alternate(prompt_set(config.get("prompts_file", "")))
+    if not walltime:
+        raise ValueError(
+            f"config.prompts_file={config.prompts_file!r} has one prompt per task: Table 2 "
+            "needs prompts held out from Table 3, so give some task at least two"
+        )
+    return alpha[: config.alpha_prompts], walltime[: config.walltime_prompts]
 
 
 def _log(msg: str) -> None:
@@ -79,8 +95,8 @@ def load_models(config, log=_log):
     return target, params, tokenizer, drafts
 
 
-def measure_table3(config, target, params, tokenizer, drafts) -> dict:
-    """{t: draft table} at γ = max(gammas) on the Table 3 prompts (see the module docstring)."""
+def measure_table3(config, target, params, tokenizer, drafts, prompts) -> dict:
+    """{t: draft table} at γ = max(gammas) on the Table 3 `prompts` (see the module docstring)."""
     gamma = max(int(g) for g in config.gammas)
     tables = {}
     for t in (float(x) for x in config.temperatures):
@@ -88,7 +104,7 @@ def measure_table3(config, target, params, tokenizer, drafts) -> dict:
         tables[t] = real_drafts.draft_table(
             target, params, tokenizer, drafts, temperature=t, gamma=gamma,
             max_new_tokens=config.alpha_new_tokens, rounds=config.alpha_rounds,
-            cache_len=config.cache_len, prompts=ALPHA_PROMPTS[: config.alpha_prompts],
+            cache_len=config.cache_len, prompts=prompts,
         )  # fmt: skip
         jax.clear_caches()  # a 30-layer program per draft: keep the process's memory maps low
         alphas = ", ".join(f"{r['draft']} {r['alpha']:.3f}" for r in tables[t]["rows"])
@@ -105,9 +121,10 @@ def sweep_names(config, drafts) -> list[str]:
     ]
 
 
-def measure_table2(config, target, params, tokenizer, drafts, tables3, t_target) -> dict:
-    """{(t, name): walltime rows}, each row with Table 3's held-out positional prediction."""
-    ids = real_drafts.chat_ids(tokenizer, WALLTIME_PROMPTS[: config.walltime_prompts])
+def measure_table2(config, target, params, tokenizer, drafts, tables3, t_target, prompts) -> dict:
+    """{(t, name): walltime rows} on `prompts`, each row with Table 3's held-out positional
+    prediction."""
+    ids = real_drafts.chat_ids(tokenizer, prompts)
     gammas = [int(g) for g in config.gammas]
     out = {}
     for t in (float(x) for x in config.temperatures):
@@ -153,12 +170,15 @@ def run(config, workdir: str) -> dict:
     os.makedirs(workdir, exist_ok=True)
     if int(config.alpha_prompts) < 1 or int(config.walltime_prompts) < 1:
         raise ValueError("config.alpha_prompts and config.walltime_prompts must be >= 1")
+    alpha_prompts, walltime_prompts = prompt_sets(config)
+    source = config.get("prompts_file") or "the built-in set (experiments/common/real_prompts)"
+    _log(f"  prompts: {len(alpha_prompts)} + {len(walltime_prompts)} held out, from {source}")
     _log(f"[1/4] models: {config.pretrained} and its drafts")
     target, params, tokenizer, drafts = load_models(config)
 
     gamma_max = max(int(g) for g in config.gammas)
     _log(f"[2/4] alpha, alpha by position and by task, c (Table 3, γ = {gamma_max})")
-    tables3 = measure_table3(config, target, params, tokenizer, drafts)
+    tables3 = measure_table3(config, target, params, tokenizer, drafts, alpha_prompts)
 
     _log("[3/4] verification cost T_target(k)")
     t_target = {
@@ -171,7 +191,9 @@ def run(config, workdir: str) -> dict:
     _log("  T_target(k) ms: " + ", ".join(f"{k}: {v * 1e3:.2f}" for k, v in t_target.items()))
 
     _log("[4/4] walltime, autoregressive vs speculative, by gamma (Table 2)")
-    speed = measure_table2(config, target, params, tokenizer, drafts, tables3, t_target)
+    speed = measure_table2(
+        config, target, params, tokenizer, drafts, tables3, t_target, walltime_prompts
+    )
 
     first = tables3[float(config.temperatures[0])]["rows"]
     c = {r["draft"]: r["c"] for r in first}
@@ -199,6 +221,11 @@ def run(config, workdir: str) -> dict:
         },
         "walltime": {f"t{t:g}/{name}": rows for (t, name), rows in speed.items()},
         "real": {f"{t:g}": table for t, table in tables3.items()},
+        "prompts": {
+            "file": config.get("prompts_file") or None,
+            "table3_tasks": [p.task for p in alpha_prompts],
+            "table2_tasks": [p.task for p in walltime_prompts],
+        },
         "accept": "tokenwise",
         "lossless": True,
         "seconds": time.perf_counter() - start,

@@ -10,7 +10,8 @@ for the target (`config.draft_head`, "distilled<layers>", trained first into
 (EAGLE-1/2, Medusa) draft trees too, but their q depends on features the target computes along
 the tree: they are measured in `scripts/bench_real.py --dynamic/--trees`.
 
-Prompts are our chat prompts (`experiments/common/real_prompts`), through the chat template and
+Prompts are our chat prompts (`experiments/common/real_prompts`), or yours
+(`--config.prompts_file=`, JSON Lines: `real_prompts.load_prompts`), through the chat template and
 cut to their last L tokens (L = the shortest of them), because the acceptance vectors are
 measured on a batch of equal-length prompts with the target's continuations; the decoders see
 the same cut prompts, so what differs between the measurements is the model, not the text.
@@ -21,11 +22,22 @@ from __future__ import annotations
 import numpy as np
 
 from experiments.common import real_drafts
-from experiments.common.real_prompts import PROMPTS
+from experiments.common.real_prompts import alternate, prompt_set
 
-# Tokens per call on two prompts of each task; walltime on three others of different tasks.
-STATS_PROMPTS = PROMPTS[0::2]
-WALLTIME_PROMPTS = PROMPTS[1::8]
+
+def prompt_sets(config) -> tuple[tuple, tuple]:
+    """(tokens-per-call prompts, walltime prompts), disjoint: each task's prompts alternately
+    (`real_prompts.alternate`), the walltime ones ordered so that the first few are of tasks
+    apart. On the built-in set: two of each task's four (12), and three others of three tasks.
+    """
+    stats, held = alternate(prompt_set(config.get("prompts_file", "")))
+    if not held:
+        raise ValueError(
+            f"config.prompts_file={config.prompts_file!r} has one prompt per task: the walltime "
+            "prompts are held out from the statistics' ones, so give some task at least two"
+        )
+    wall = held[0::2] + held[1::2]
+    return stats[: config.stats_prompts], wall[: config.walltime_prompts]
 
 
 def load(config, log=print):
@@ -33,9 +45,10 @@ def load(config, log=print):
 
     Sets `config.prompt_len` to the common length L of the cut prompts.
     """
+    stats, wall = prompt_sets(config)  # a bad prompts file fails before the draft is trained
+    if config.get("prompts_file"):
+        config.corpus = f"the prompts of {config.prompts_file}"  # the report's and plots' label
     target, tparams, tokenizer, draft, dparams, draft_name = real_drafts.distilled_pair(config, log)
-    stats = STATS_PROMPTS[: config.stats_prompts]
-    wall = WALLTIME_PROMPTS[: config.walltime_prompts]
     ids = real_drafts.chat_ids(tokenizer, list(stats) + list(wall))
     length = min(len(x) for x in ids)
     config.prompt_len = length

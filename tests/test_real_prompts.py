@@ -1,0 +1,146 @@
+"""Evaluation prompt sets for the real-model measurements: the built-in set and a file of yours
+(experiments/common/real_prompts.py): parsing, every malformed line named, and the split into
+disjoint sets that keeps the built-in set's earlier selections."""
+
+import json
+
+import pytest
+
+from configs import leviathan2023 as lev_config
+from configs import sequoia2024 as seq_config
+from experiments.common.real_prompts import (
+    PROMPTS,
+    TASKS,
+    Prompt,
+    alternate,
+    by_task,
+    load_prompts,
+    prompt_set,
+    tasks_of,
+)
+from experiments.leviathan2023 import real as lev_real
+from experiments.sequoia2024 import real as seq_real
+
+
+def _write(tmp_path, lines, name="prompts.jsonl"):
+    path = tmp_path / name
+    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
+    return str(path)
+
+
+def test_the_built_in_split_keeps_the_selections_the_results_were_measured_on():
+    # The slices the pipelines used before a prompt set could be given (four prompts per task,
+    # grouped by task): Table 3 / the statistics on PROMPTS[0::2], leviathan2023's Table 2 on
+    # PROMPTS[1::4], sequoia2024's walltime on PROMPTS[1::8].
+    assert [len(by_task(t)) for t in TASKS] == [4] * 6 and tasks_of(PROMPTS) == TASKS
+    first, second = alternate(PROMPTS)
+    assert first == PROMPTS[0::2]
+    assert second[:6] == PROMPTS[1::4] and set(second) == set(PROMPTS[1::2])
+    lev_alpha, lev_wall = lev_real.prompt_sets(lev_config.get_config("smollm2"))
+    assert lev_alpha == PROMPTS[0::2] and lev_wall == PROMPTS[1::4]
+    seq_stats, seq_wall = seq_real.prompt_sets(seq_config.get_config("smollm2"))
+    assert seq_stats == PROMPTS[0::2] and seq_wall == PROMPTS[1::8]
+    assert prompt_set("") is PROMPTS and prompt_set(None) is PROMPTS
+
+
+def test_alternate_on_uneven_tasks():
+    a1, a2, a3, b1, c1, c2 = (Prompt(name[0], name) for name in "a1 a2 a3 b1 c1 c2".split())
+    prompts = (a1, b1, a2, c1, a3, c2)  # tasks interleaved in the file: first seen a, b, c
+    assert tasks_of(prompts) == ("a", "b", "c")
+    assert by_task("a", prompts) == (a1, a2, a3)
+    assert alternate(prompts) == ((a1, a3, b1, c1), (a2, c2))
+    assert alternate((a1, b1)) == ((a1, b1), ())
+    with pytest.raises(ValueError, match=r"task must be one of \('a', 'b', 'c'\), got 'd'"):
+        by_task("d", prompts)
+
+
+def test_a_file_of_text_and_conversations(tmp_path):
+    path = _write(
+        tmp_path,
+        [
+            {"task": "qa", "text": "Where is Lima?"},
+            "",
+            {
+                "task": "chat",
+                "messages": [
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "Hi."},
+                    {"role": "assistant", "content": "Hello!"},
+                    {"role": "user", "content": "Why is the sea salty?"},
+                ],
+            },
+            {"task": "qa", "text": "Où est Lima ?"},
+        ],
+    )
+    prompts = load_prompts(path)
+    assert prompts == (
+        Prompt("qa", "Where is Lima?"),
+        Prompt(
+            "chat",
+            "Why is the sea salty?",
+            (("system", "Be brief."), ("user", "Hi."), ("assistant", "Hello!")),
+        ),
+        Prompt("qa", "Où est Lima ?"),
+    )
+    assert prompts[0].messages == [{"role": "user", "content": "Where is Lima?"}]
+    assert [m["role"] for m in prompts[1].messages] == ["system", "user", "assistant", "user"]
+    assert prompts[1].messages[-1] == {"role": "user", "content": "Why is the sea salty?"}
+    assert prompt_set(path) == prompts and tasks_of(prompts) == ("qa", "chat")
+    config = lev_config.get_config("smollm2")
+    config.prompts_file = path
+    assert lev_real.prompt_sets(config) == ((prompts[0], prompts[1]), (prompts[2],))
+
+
+USER = {"role": "user", "content": "x"}
+
+
+@pytest.mark.parametrize(
+    "line, match",
+    [
+        ("{not json", r"prompts\.jsonl:2: not JSON"),
+        ('["task", "text"]', r":2: a line must be a JSON object, got list"),
+        ({"text": "x"}, r':2: "task" must be a non-empty string, got None'),
+        ({"task": " ", "text": "x"}, r'"task" must be a non-empty string'),
+        ({"task": "t"}, r'give exactly one of "text" \(one user message\) and "messages"'),
+        ({"task": "t", "text": "x", "messages": [USER]}, r'give exactly one of "text"'),
+        ({"task": "t", "text": ""}, r'"text" must be a non-empty string'),
+        ({"task": "t", "text": 3}, r'"text" must be a non-empty string, got 3'),
+        ({"task": "t", "prompt": "x"}, r"unknown keys \['prompt'\]"),
+        ({"task": "t", "messages": []}, r'"messages" must be a non-empty list'),
+        ({"task": "t", "messages": ["x"]}, r"messages\[0\] must be an object of role and content"),
+        ({"task": "t", "messages": [{"role": "user"}]}, r"messages\[0\] must be an object"),
+        ({"task": "t", "messages": [{"role": "bot", "content": "x"}]}, r"messages\[0\]\.role"),
+        (
+            {"task": "t", "messages": [USER, {"role": "user", "content": ""}]},
+            r"messages\[1\]\.content must be a non-empty string",
+        ),
+        (
+            {"task": "t", "messages": [USER, {"role": "assistant", "content": "y"}]},
+            r"the last message must be the user's, which the model answers: 'assistant'",
+        ),
+        ({"task": "qa", "text": "Where is Lima?"}, r":2: the same prompt .* as an earlier line"),
+    ],
+)
+def test_every_malformed_line_is_named(tmp_path, line, match):
+    path = _write(tmp_path, [{"task": "qa", "text": "Where is Lima?"}, line])
+    with pytest.raises(ValueError, match=match):
+        load_prompts(path)
+
+
+def test_a_missing_or_empty_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="prompts file .*nothing.jsonl' does not exist"):
+        load_prompts(tmp_path / "nothing.jsonl")
+    with pytest.raises(ValueError, match="holds no prompts"):
+        load_prompts(_write(tmp_path, ["", "  "]))
+
+
+def test_splits_that_need_held_out_prompts_refuse_one_prompt_per_task(tmp_path):
+    path = _write(tmp_path, [{"task": "a", "text": "x"}, {"task": "b", "text": "y"}])
+    for module, get_config in (
+        (lev_real, lev_config.get_config),
+        (seq_real, seq_config.get_config),
+    ):
+        config = get_config("smollm2")
+        config.prompts_file = path
+        with pytest.raises(ValueError, match="has one prompt per task.*at least two"):
+            module.prompt_sets(config)
