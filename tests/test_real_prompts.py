@@ -3,11 +3,13 @@
 disjoint sets that keeps the built-in set's earlier selections."""
 
 import json
+import pathlib
 
 import pytest
 
 from configs import leviathan2023 as lev_config
 from configs import sequoia2024 as seq_config
+from experiments.common import real_prompts
 from experiments.common.real_prompts import (
     PROMPTS,
     TASKS,
@@ -134,6 +136,16 @@ def test_a_missing_or_empty_file(tmp_path):
         load_prompts(_write(tmp_path, ["", "  "]))
 
 
+def test_sequoia2024_takes_its_walltime_prompts_from_tasks_apart(tmp_path):
+    lines = [{"task": t, "text": f"{t} {i}"} for i in (1, 2) for t in "abcd"]
+    path = _write(tmp_path, lines)  # a1 b1 c1 d1 a2 b2 c2 d2
+    config = seq_config.get_config("smollm2")
+    config.prompts_file = path
+    stats, wall = seq_real.prompt_sets(config)
+    assert [p.text for p in stats] == ["a 1", "b 1", "c 1", "d 1"]
+    assert [p.text for p in wall] == ["a 2", "c 2", "b 2"]  # walltime_prompts = 3
+
+
 def test_splits_that_need_held_out_prompts_refuse_one_prompt_per_task(tmp_path):
     path = _write(tmp_path, [{"task": "a", "text": "x"}, {"task": "b", "text": "y"}])
     for module, get_config in (
@@ -144,3 +156,11 @@ def test_splits_that_need_held_out_prompts_refuse_one_prompt_per_task(tmp_path):
         config.prompts_file = path
         with pytest.raises(ValueError, match="has one prompt per task.*at least two"):
             module.prompt_sets(config)
+
+
+def test_the_shipped_example_set_loads_and_shares_no_prompt_with_ours():
+    path = pathlib.Path(real_prompts.__file__).with_name("example_prompts.jsonl")
+    prompts = load_prompts(path)
+    assert tasks_of(prompts) == TASKS and [len(by_task(t, prompts)) for t in TASKS] == [2] * 6
+    assert not {p.messages[-1]["content"] for p in prompts} & {p.text for p in PROMPTS}
+    assert sum(bool(p.context) for p in prompts) == 2  # two conversations with a system turn

@@ -11,7 +11,9 @@ training prompts of feature heads and distilled drafts, `train_prompts.py`, excl
 
 Every real-model measurement also runs on a prompt set of your own: a JSON Lines file, given as
 `--config.prompts_file=` to the launcher's smollm2 configs or as `--prompts_file=` to
-`scripts/bench_real.py`. One prompt per line (`load_prompts`):
+`scripts/bench_real.py`. One prompt per line (`load_prompts`; `example_prompts.jsonl` beside
+this file is such a set, written after the drafts were built, measured in
+experiments/real/RESULTS.md):
 
     {"task": "qa", "text": "Read the passage and answer the question. ..."}
     {"task": "chat", "messages": [{"role": "system", "content": "Be brief."},
