@@ -16,8 +16,9 @@ for their features and cached under $SPECJAX_CACHE/features/ with a fingerprint 
 params, the prompts and these settings. `tiny` is the CI-sized variant: a random tiny Llama
 target, random prompts, seconds. A run resumes from its newest checkpoint when started again with
 the same workdir; outputs: checkpoints/, metrics.jsonl, summary.json (data size, seconds, final
-metrics). Evaluation on held-out prompts: `scripts/bench_real.py --parts=drafts
---eagle_head=<workdir>`.
+metrics). Training prompts of your own: `--config.data.prompts_file=train.jsonl` (JSON Lines,
+as experiments/common/real_prompts.py reads evaluation prompts). Evaluation on held-out
+prompts: `scripts/bench_real.py --parts=drafts --heads=<workdir>`.
 
 String options after the colon (comma-separated):
     eagle1 | eagle3 | medusa | distilled
@@ -66,6 +67,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.target = "tiny-random" if tiny else "smollm2-135m-instruct"
     config.data = ml_collections.ConfigDict()
     config.data.num_prompts = options.get("prompts", 48 if tiny else 960)
+    # "": the prompts of experiments/common/train_prompts.py (num_prompts of them); or a JSON
+    # Lines file of your own (experiments/common/real_prompts.py's format), used whole
+    config.data.prompts_file = ""
     config.data.max_new_tokens = 24 if tiny else 128
     config.data.temperatures = (0.0, 1.0)
     config.data.batch_size = 16 if tiny else 32

@@ -159,8 +159,10 @@ def test_splits_that_need_held_out_prompts_refuse_one_prompt_per_task(tmp_path):
 
 
 def test_the_shipped_example_set_loads_and_shares_no_prompt_with_ours():
-    path = pathlib.Path(real_prompts.__file__).with_name("example_prompts.jsonl")
-    prompts = load_prompts(path)
+    assert (
+        pathlib.Path(real_prompts.EXAMPLE_FILE).parent == pathlib.Path(real_prompts.__file__).parent
+    )
+    prompts = load_prompts(real_prompts.EXAMPLE_FILE)
     assert tasks_of(prompts) == TASKS and [len(by_task(t, prompts)) for t in TASKS] == [2] * 6
     assert not {p.messages[-1]["content"] for p in prompts} & {p.text for p in PROMPTS}
     assert sum(bool(p.context) for p in prompts) == 2  # two conversations with a system turn

@@ -31,6 +31,8 @@ import json
 import os
 
 ROLES = ("system", "user", "assistant")
+# A second evaluation set of ours, in the prompts-file format (experiments/real/RESULTS.md).
+EXAMPLE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "example_prompts.jsonl")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The self-distillation data of a feature head: built once per (target, prompts, settings), cached.
 
 `feature_data(model, params, tokenizer, ...)` returns the cached `FeatureData` when its
-fingerprint matches, else generates the target's replies to `train_prompts`, scores their
+fingerprint matches, else generates the target's replies to `train_prompts` (or to the prompts
+of your `prompts_file`, JSON Lines as `real_prompts.load_prompts` reads them), scores their
 features and saves them under `$SPECJAX_CACHE/features/` (see `specjax.training.features`).
 An EAGLE-3 head's data (`layers`: the target blocks it reads) is cached under its own
 fingerprint; when the same replies are cached without layers, they are re-scored rather than
@@ -17,6 +18,7 @@ import time
 
 import numpy as np
 
+from experiments.common.real_prompts import EXAMPLE_FILE, PROMPTS, load_prompts
 from experiments.common.train_prompts import stdlib_fingerprint, train_prompts
 from specjax.pretrained import cache_dir
 from specjax.training.eagle import rank_by_frequency
@@ -41,14 +43,19 @@ def feature_data(
     max_prompt_tokens: int = 320,
     path: str | None = None,
     layers: tuple = (),
+    prompts_file: str = "",
     log=print,
 ) -> FeatureData:
     """The cached feature data for this target and settings (built on first use).
 
     Prompts are split evenly over `temperatures` (greedy replies teach the t = 0 path, sampled
     ones its neighbourhood). Prompts longer than `max_prompt_tokens` after the chat template are
-    skipped.
+    skipped. With `prompts_file`, the file's prompts replace `train_prompts(num_prompts, seed)`
+    (all of them, in order; `num_prompts` is unused), and the data is cached under the
+    fingerprint of their content; a file that holds one of our evaluation prompts is refused,
+    since a head trained on it would be measured on its own training text.
     """
+    file_prompts = _training_file(prompts_file) if prompts_file else None
     settings = dict(
         params=params_fingerprint(params),
         stdlib=stdlib_fingerprint(),
@@ -59,6 +66,10 @@ def feature_data(
         max_prompt_tokens=max_prompt_tokens,
         version=1,
     )
+    if file_prompts is not None:  # the prompts are the file's, not generated from the stdlib
+        del settings["stdlib"]
+        settings["num_prompts"] = len(file_prompts)
+        settings["prompts_sha256"] = _prompts_sha256(file_prompts)
     replies = _fingerprint(settings)  # the replies' (and the final hidden states') own
     if layers:
         settings["feature_layers"] = [int(i) for i in layers]
@@ -74,7 +85,7 @@ def feature_data(
         data.save(path)
         return data
     start = time.perf_counter()
-    prompts = train_prompts(num_prompts, seed)
+    prompts = train_prompts(num_prompts, seed) if file_prompts is None else file_prompts
     ids = [np.asarray(tokenizer.apply_chat_template(p.messages), np.int32) for p in prompts]
     ids = [x for x in ids if len(x) <= max_prompt_tokens]
     sequences, prompt_lengths = [], []
@@ -122,6 +133,26 @@ def token_order(fingerprint: str, vocab_size: int) -> np.ndarray:
         )
     with np.load(path) as z:
         return rank_by_frequency(z["tokens"], vocab_size)
+
+
+def _training_file(path: str) -> tuple:
+    """The prompts of a training prompts file, none of them one of our evaluation prompts."""
+    prompts = load_prompts(path)
+    evaluation = {json.dumps(p.messages) for p in PROMPTS + load_prompts(EXAMPLE_FILE)}
+    shared = [p for p in prompts if json.dumps(p.messages) in evaluation]
+    if shared:
+        raise ValueError(
+            f"config.data.prompts_file={path!r}: {len(shared)} of its prompts are evaluation "
+            f"prompts of experiments/common/ (the first: {shared[0].text[:60]!r}); "
+            "a head trained on them would be measured on its own training text"
+        )
+    return prompts
+
+
+def _prompts_sha256(prompts) -> str:
+    """sha256 of the prompts' tasks and conversations, in order (the data's cache key)."""
+    text = json.dumps([[p.task, p.messages] for p in prompts], ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def _fingerprint(settings: dict) -> str:

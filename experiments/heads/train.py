@@ -87,7 +87,13 @@ def run(config, workdir: str) -> dict:
         raise ValueError(f"config.head must be one of {HEADS}, got {config.head!r}")
     model, params, tokenizer = load_target(config.target)
     layers = head_layers(config, model)
+    prompts_file = config.data.get("prompts_file", "")
     if tokenizer is None:
+        if prompts_file:
+            raise ValueError(
+                f"config.data.prompts_file={prompts_file!r}: the target {config.target!r} has "
+                "no chat tokenizer to encode them (the tiny target trains on random ids)"
+            )
         data = _tiny_data(model, params, config, layers)
     else:
         from experiments.heads.data import feature_data
@@ -96,7 +102,8 @@ def run(config, workdir: str) -> dict:
             model, params, tokenizer, num_prompts=config.data.num_prompts,
             max_new_tokens=config.data.max_new_tokens,
             temperatures=tuple(config.data.temperatures), seed=config.data.seed,
-            batch_size=config.data.batch_size, layers=layers, log=logging.info,
+            batch_size=config.data.batch_size, layers=layers, prompts_file=prompts_file,
+            log=logging.info,
         )  # fmt: skip
     draft_ids = None
     if config.draft_vocab:
