@@ -228,7 +228,7 @@ def load_prompts(path) -> tuple[Prompt, ...]:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"prompts file {path!r} does not exist")
-    prompts = []
+    prompts, seen = [], set()
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -239,8 +239,9 @@ def load_prompts(path) -> tuple[Prompt, ...]:
             except json.JSONDecodeError as e:
                 _fail(where, f"not JSON ({e.msg} at column {e.colno})")
             prompt = _parse_line(record, where)
-            if prompt in prompts:
+            if prompt in seen:  # a set: training files may hold thousands of prompts
                 _fail(where, "the same prompt (task and messages) as an earlier line")
+            seen.add(prompt)
             prompts.append(prompt)
     if not prompts:
         raise ValueError(f"prompts file {path!r} holds no prompts")
