@@ -40,7 +40,9 @@ flags.DEFINE_integer("draft_rounds", 3, "rounds of the drafts and hf parts")
 flags.DEFINE_list("temperatures", ["0", "1"], "temperatures of the drafts part")
 flags.DEFINE_integer("gamma", 4, "drafted tokens per iteration")
 flags.DEFINE_integer("max_new_tokens", 64, "tokens per prompt (drafts, hf)")
-flags.DEFINE_integer("num_prompts", 24, "evaluation prompts used, spread over the tasks")
+flags.DEFINE_integer(
+    "num_prompts", 24, "evaluation prompts used, spread over the tasks (real_prompts.spread)"
+)
 flags.DEFINE_string(
     "prompts_file",
     "",
@@ -85,7 +87,7 @@ def main(argv):
     if FLAGS.exact_matmuls:
         specjax.configure_accelerator()
     from experiments.common import real_drafts as drafts
-    from experiments.common.real_prompts import prompt_set
+    from experiments.common.real_prompts import prompt_set, spread
     from experiments.real import speed
     from specjax import kernels
     from specjax.convert.gguf import load_gguf
@@ -93,8 +95,7 @@ def main(argv):
     from specjax.models.layout import resolve_matmul, with_matmul
     from specjax.pretrained import REGISTRY, fetch
 
-    every = prompt_set(FLAGS.prompts_file)
-    prompts = every[:: max(1, len(every) // FLAGS.num_prompts)][: FLAGS.num_prompts]
+    prompts = spread(prompt_set(FLAGS.prompts_file), FLAGS.num_prompts)
 
     path = fetch(FLAGS.model) if FLAGS.model in REGISTRY else FLAGS.model
     model, params, tokenizer = load_gguf(path, matmul="xla")
@@ -102,7 +103,9 @@ def main(argv):
     print(f"{FLAGS.model}: {model.config.num_layers} layers, vocab {model.vocab_size}; "
           f"{jax.devices()[0].device_kind}, matmul precision {precision}; kernels: "
           f"{kernels.status()}", flush=True)  # fmt: skip
-    results, text = {"device": jax.devices()[0].device_kind, "matmul_precision": precision}, []
+    results = {"device": jax.devices()[0].device_kind, "matmul_precision": precision}
+    results["prompts"] = {"file": FLAGS.prompts_file or None, "tasks": [p.task for p in prompts]}
+    text = []
 
     def emit(name, value, markdown):
         results[name] = value

@@ -41,6 +41,9 @@ flags.DEFINE_list("plan", ["ar", "chain1", "16", "chain2", "16d1", "32", "chain3
 flags.DEFINE_float("compile_budget", 1e9, "seconds after which no further decoder compiles")
 flags.DEFINE_integer("rounds", 5, "timed round-robin rounds")
 flags.DEFINE_string("out", "", "directory for tree_vs_chain.json")
+flags.DEFINE_string(
+    "prompts_file", "", "your prompts, JSON Lines (experiments/common/real_prompts.py); '': ours"
+)
 flags.mark_flag_as_required("acceptance")
 
 
@@ -74,6 +77,7 @@ def main(argv):
     acceptance = [float(x) for x in FLAGS.acceptance]
     config = seq_config.get_config("smollm2")
     config.pretrained, config.draft_head = FLAGS.model, FLAGS.head
+    config.prompts_file = FLAGS.prompts_file
     target, tparams, draft, dparams, stat, wall, _, draft_name = real.load(config)
     prompts = list(wall) + list(stat)
     warper = make_warper(FLAGS.temperature)

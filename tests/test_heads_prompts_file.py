@@ -66,15 +66,19 @@ def test_the_data_is_the_targets_replies_to_the_files_prompts(target, tmp_path):
     )
     assert again.meta == meta
     lines[2]["text"] = "Name a vegetable."
-    changed = load_prompts(_write(tmp_path / "changed.jsonl", lines))
-    assert heads_data._prompts_sha256(changed) != meta["prompts_sha256"]
+    changed = _write(tmp_path / "changed.jsonl", lines)
+    with pytest.raises(ValueError, match="was built from other data"):
+        heads_data.feature_data(model, params, tokenizer, prompts_file=changed, path=out, **kw)
 
 
 def test_a_file_holding_an_evaluation_prompt_is_refused(target, tmp_path):
     model, params, tokenizer = target
-    for prompt in (PROMPTS[5], load_prompts(EXAMPLE_FILE)[7]):
+    system = {"role": "system", "content": "Be brief."}
+    for prompt, before in ((PROMPTS[5], []), (load_prompts(EXAMPLE_FILE)[7], [system])):
+        messages = before + prompt.messages  # an added system turn does not hide it
+        messages[-1] = dict(messages[-1], content=" " + messages[-1]["content"] + "\n")
         path = _write(tmp_path / "leak.jsonl", [{"task": "x", "text": "fine"}, {
-            "task": prompt.task, "messages": prompt.messages}])  # fmt: skip
+            "task": prompt.task, "messages": messages}])  # fmt: skip
         with pytest.raises(ValueError, match="1 of its prompts are evaluation prompts"):
             heads_data.feature_data(
                 model, params, tokenizer, num_prompts=1, max_new_tokens=2, prompts_file=path,
@@ -87,4 +91,10 @@ def test_a_target_without_a_chat_tokenizer_refuses_a_prompts_file(tmp_path):
     config = get_config("tiny,distilled,layers=1")
     config.data.prompts_file = _write(tmp_path / "p.jsonl", [{"task": "a", "text": "hi"}])
     with pytest.raises(ValueError, match="config.data.prompts_file=.*no chat tokenizer"):
+        heads_train.run(config, os.fspath(tmp_path / "run"))
+    config.target = "/nonexistent.gguf"  # never loaded: the file is checked first
+    config.data.prompts_file = _write(
+        tmp_path / "leak.jsonl", [{"task": "a", "text": PROMPTS[0].text}]
+    )
+    with pytest.raises(ValueError, match="are evaluation prompts"):
         heads_train.run(config, os.fspath(tmp_path / "run"))

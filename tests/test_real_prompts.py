@@ -18,6 +18,7 @@ from experiments.common.real_prompts import (
     by_task,
     load_prompts,
     prompt_set,
+    spread,
     tasks_of,
 )
 from experiments.leviathan2023 import real as lev_real
@@ -35,9 +36,9 @@ def test_the_built_in_split_keeps_the_selections_the_results_were_measured_on():
     # grouped by task): Table 3 / the statistics on PROMPTS[0::2], leviathan2023's Table 2 on
     # PROMPTS[1::4], sequoia2024's walltime on PROMPTS[1::8].
     assert [len(by_task(t)) for t in TASKS] == [4] * 6 and tasks_of(PROMPTS) == TASKS
-    first, second = alternate(PROMPTS)
-    assert first == PROMPTS[0::2]
-    assert second[:6] == PROMPTS[1::4] and set(second) == set(PROMPTS[1::2])
+    assert alternate(PROMPTS) == (PROMPTS[0::2], PROMPTS[1::2])
+    # scripts/bench_real.py's --num_prompts took PROMPTS[::24 // n][:n]: the same for 24 and 12
+    assert spread(PROMPTS, 24) == PROMPTS and spread(PROMPTS, 12) == PROMPTS[0::2]
     lev_alpha, lev_wall = lev_real.prompt_sets(lev_config.get_config("smollm2"))
     assert lev_alpha == PROMPTS[0::2] and lev_wall == PROMPTS[1::4]
     seq_stats, seq_wall = seq_real.prompt_sets(seq_config.get_config("smollm2"))
@@ -52,6 +53,17 @@ def test_alternate_on_uneven_tasks():
     assert by_task("a", prompts) == (a1, a2, a3)
     assert alternate(prompts) == ((a1, a3, b1, c1), (a2, c2))
     assert alternate((a1, b1)) == ((a1, b1), ())
+    # spread: tasks take turns (a, b, c, a, c, a), evenly spaced within a task, grouped by task
+    assert spread(prompts, 3) == (a1, b1, c1)
+    assert spread(prompts, 4) == (a1, a2, b1, c1)  # a's two of three: indices 0 and 1 * 3 // 2
+    assert spread(prompts, 5) == (a1, a2, b1, c1, c2)  # b has no second
+    assert spread(prompts, 99) == (a1, a2, a3, b1, c1, c2)
+    assert spread(prompts, 2, task_order=("c", "a", "b")) == (a1, c1)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="number of prompts must be an integer >= 1"):
+            spread(prompts, bad)
+    with pytest.raises(ValueError, match="task_order"):
+        spread(prompts, 2, task_order=("a", "b"))
     with pytest.raises(ValueError, match=r"task must be one of \('a', 'b', 'c'\), got 'd'"):
         by_task("d", prompts)
 
@@ -121,6 +133,9 @@ USER = {"role": "user", "content": "x"}
             r"the last message must be the user's, which the model answers: 'assistant'",
         ),
         ({"task": "qa", "text": "Where is Lima?"}, r":2: the same prompt .* as an earlier line"),
+        ('{"task": "t", "text": "x", "text": "y"}', r":2: repeated keys \['text'\]"),
+        ('{"task": "t", "text": "a\\ud800b"}', r'"text" is not valid Unicode \(surrogates'),
+        ({"task": " t", "text": "x"}, r'"task" must not start or end with whitespace'),
     ],
 )
 def test_every_malformed_line_is_named(tmp_path, line, match):
@@ -129,11 +144,16 @@ def test_every_malformed_line_is_named(tmp_path, line, match):
         load_prompts(path)
 
 
-def test_a_missing_or_empty_file(tmp_path):
+def test_a_missing_or_empty_file_a_directory_and_a_byte_order_mark(tmp_path):
     with pytest.raises(FileNotFoundError, match="prompts file .*nothing.jsonl' does not exist"):
         load_prompts(tmp_path / "nothing.jsonl")
     with pytest.raises(ValueError, match="holds no prompts"):
         load_prompts(_write(tmp_path, ["", "  "]))
+    with pytest.raises(ValueError, match="is not a file"):
+        load_prompts(tmp_path)
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"task": "a", "text": "x"}).encode() + b"\n")
+    assert load_prompts(path) == (Prompt("a", "x"),)
 
 
 def test_sequoia2024_takes_its_walltime_prompts_from_tasks_apart(tmp_path):
@@ -143,7 +163,17 @@ def test_sequoia2024_takes_its_walltime_prompts_from_tasks_apart(tmp_path):
     config.prompts_file = path
     stats, wall = seq_real.prompt_sets(config)
     assert [p.text for p in stats] == ["a 1", "b 1", "c 1", "d 1"]
-    assert [p.text for p in wall] == ["a 2", "c 2", "b 2"]  # walltime_prompts = 3
+    assert [p.text for p in wall] == ["a 2", "b 2", "c 2"]  # 3: tasks a, c, then b
+    lines = [{"task": t, "text": f"{t} {i}"} for t in "ab" for i in range(1, 9)]
+    config.prompts_file = _write(tmp_path, lines, "long.jsonl")  # two tasks of eight, grouped
+    stats, wall = seq_real.prompt_sets(config)  # stats_prompts = 12: six of each task's four
+    assert [p.text for p in stats] == [f"{t} {i}" for t in "ab" for i in (1, 3, 5, 7)]
+    assert [p.text for p in wall] == ["a 2", "a 6", "b 2"]
+    lev = lev_config.get_config("smollm2")
+    lev.prompts_file = config.prompts_file
+    alpha, walltime = lev_real.prompt_sets(lev)  # 12 and 6: both tasks in each table
+    assert [p.task for p in alpha] == ["a"] * 4 + ["b"] * 4
+    assert [p.text for p in walltime] == ["a 2", "a 4", "a 6", "b 2", "b 4", "b 6"]  # 3 of 4
 
 
 def test_splits_that_need_held_out_prompts_refuse_one_prompt_per_task(tmp_path):

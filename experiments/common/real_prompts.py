@@ -9,9 +9,11 @@ training prompts of feature heads and distilled drafts, `train_prompts.py`, excl
     from experiments.common.real_prompts import PROMPTS, by_task
     for case in PROMPTS: case.task, case.messages
 
-Every real-model measurement also runs on a prompt set of your own: a JSON Lines file, given as
-`--config.prompts_file=` to the launcher's smollm2 configs or as `--prompts_file=` to
-`scripts/bench_real.py`. One prompt per line (`load_prompts`; `example_prompts.jsonl` beside
+The real-model measurements also run on a prompt set of your own, a JSON Lines file:
+`--config.prompts_file=` for `configs/leviathan2023.py:smollm2` and
+`configs/sequoia2024.py:smollm2`, `--config.adaptive.prompts_file=` for
+`configs/extensions.py:smollm2`, `--prompts_file=` for `scripts/bench_real.py` and
+`scripts/tree_vs_chain.py`. One prompt per line (`load_prompts`; `example_prompts.jsonl` beside
 this file is such a set, written after the drafts were built, measured in
 experiments/real/RESULTS.md):
 
@@ -21,7 +23,8 @@ experiments/real/RESULTS.md):
 
 Tasks are free names, reported in the order they first appear. Measurements that need two
 disjoint sets (α on one, walltime on prompts held out from it) take each task's prompts
-alternately (`alternate`).
+alternately (`alternate`); a measurement that takes n prompts takes them spread over the tasks
+(`spread`), never the first n lines.
 """
 
 from __future__ import annotations
@@ -162,17 +165,40 @@ def by_task(task: str, prompts=PROMPTS) -> tuple[Prompt, ...]:
 def alternate(prompts) -> tuple[tuple[Prompt, ...], tuple[Prompt, ...]]:
     """Two disjoint sets, each task's prompts taken alternately: its 1st, 3rd, ... and 2nd, 4th...
 
-    The first set is grouped by task (tasks in order of appearance); the second is ordered
-    round-robin over the tasks (every task's 2nd prompt, then every task's 4th, ...), so that
-    its first k prompts cover k tasks. On the built-in set: `PROMPTS[0::2]`, and the second
-    set's first six are `PROMPTS[1::4]`.
+    Both are grouped by task (tasks in order of appearance). On the built-in set:
+    `PROMPTS[0::2]` and `PROMPTS[1::2]`.
     """
     groups = [by_task(task, prompts) for task in tasks_of(prompts)]
-    first = tuple(p for g in groups for p in g[0::2])
-    held = [g[1::2] for g in groups]
-    rounds = max((len(h) for h in held), default=0)
-    second = tuple(h[i] for i in range(rounds) for h in held if i < len(h))
-    return first, second
+    return tuple(p for g in groups for p in g[0::2]), tuple(p for g in groups for p in g[1::2])
+
+
+def spread(prompts, n: int, task_order=None) -> tuple[Prompt, ...]:
+    """n of `prompts` (all if fewer), spread over their tasks, grouped by task.
+
+    Tasks take turns, in `task_order` (default: order of appearance), each turn adding one
+    prompt to a task that has one left, so the counts differ by at most one where the tasks
+    allow it; within a task the picks are evenly spaced (indices ⌊j·m/k⌋ of its m prompts for
+    k picks). On the built-in set (four per task): 24 is `PROMPTS`, 12 is `PROMPTS[0::2]`, 6 is
+    `PROMPTS[0::4]`; of `alternate`'s second set, 6 is `PROMPTS[1::4]`, and 3 with the tasks
+    ordered `tasks[0::2] + tasks[1::2]` is `PROMPTS[1::8]`.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"the number of prompts must be an integer >= 1, got {n!r}")
+    tasks = tasks_of(prompts)
+    order = tuple(task_order) if task_order is not None else tasks
+    if sorted(order) != sorted(tasks):
+        raise ValueError(f"task_order {order} must hold the prompts' tasks {tasks}")
+    groups = {task: by_task(task, prompts) for task in tasks}
+    counts = dict.fromkeys(tasks, 0)
+    left = min(n, len(prompts))
+    while left:
+        for task in order:
+            if left and counts[task] < len(groups[task]):
+                counts[task] += 1
+                left -= 1
+    return tuple(
+        groups[t][(j * len(groups[t])) // counts[t]] for t in tasks for j in range(counts[t])
+    )
 
 
 def _fail(where: str, what: str):
@@ -182,7 +208,19 @@ def _fail(where: str, what: str):
 def _text(value, where: str, name: str) -> str:
     if not isinstance(value, str) or not value.strip():
         _fail(where, f"{name} must be a non-empty string, got {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate ("\ud800" in the JSON)
+        _fail(where, f"{name} is not valid Unicode ({e.reason} at index {e.start})")
     return value
+
+
+def _no_duplicate_keys(pairs):
+    keys = [k for k, _ in pairs]
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        raise ValueError(f"repeated keys {repeated}")
+    return dict(pairs)
 
 
 def _parse_line(record, where: str) -> Prompt:
@@ -193,6 +231,8 @@ def _parse_line(record, where: str) -> Prompt:
     if unknown:
         _fail(where, f"unknown keys {unknown} (a line holds task and text, or task and messages)")
     task = _text(record.get("task"), where, '"task"')
+    if task != task.strip():
+        _fail(where, f'"task" must not start or end with whitespace, got {task!r}')
     if ("text" in record) == ("messages" in record):
         _fail(where, 'give exactly one of "text" (one user message) and "messages"')
     if "text" in record:
@@ -226,18 +266,22 @@ def load_prompts(path) -> tuple[Prompt, ...]:
         and line), or a file without prompts.
     """
     path = os.fspath(path)
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise FileNotFoundError(f"prompts file {path!r} does not exist")
+    if not os.path.isfile(path):
+        raise ValueError(f"prompts file {path!r} is not a file")
     prompts, seen = [], set()
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:  # -sig: a byte-order mark is skipped
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
             where = f"{path}:{number}"
             try:
-                record = json.loads(line)
+                record = json.loads(line, object_pairs_hook=_no_duplicate_keys)
             except json.JSONDecodeError as e:
                 _fail(where, f"not JSON ({e.msg} at column {e.colno})")
+            except ValueError as e:  # from _no_duplicate_keys
+                _fail(where, str(e))
             prompt = _parse_line(record, where)
             if prompt in seen:  # a set: training files may hold thousands of prompts
                 _fail(where, "the same prompt (task and messages) as an earlier line")

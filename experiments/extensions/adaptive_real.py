@@ -9,11 +9,11 @@ stops its draft loop early), or with `c.draft_head = "lookup"` prompt lookup (a
 `TruncatedDrafter` cuts its proposals; c = 0, and its fixed-γ decoders verify only as wide as
 the proposal, `verify_widths="auto"`, since a miss proposes nothing). Prompts: the first
 `c.per_task` of each task of `experiments/common/real_prompts` (our own six, or yours:
-`--config.prompts_file=`, JSON Lines), through the chat template, each decoded at batch 1 in
-its own call, up to `c.max_new_tokens` or the end-of-turn token. Every decoder (each fixed γ
-in `c.gammas`, each policy at gamma_max = max(gammas)) runs every task's prompts, and all
-(decoder, task) calls are timed round-robin (`timing.interleaved`, wall clock), so one round
-holds every decoder on every task back to back.
+`--config.adaptive.prompts_file=`, JSON Lines), through the chat template, each decoded at
+batch 1 in its own call, up to `c.max_new_tokens` or the end-of-turn token. Every decoder
+(each fixed γ in `c.gammas`, each policy at gamma_max = max(gammas)) runs every task's
+prompts, and all (decoder, task) calls are timed round-robin (`timing.interleaved`, wall
+clock), so one round holds every decoder on every task back to back.
 
 Figures, per task and on the mixed set (a round's task calls summed): ms per token, tokens per
 target call, mean γ, and each decoder's speedup over the best fixed γ of that set (the fastest
@@ -141,7 +141,9 @@ def run(c, workdir: str, log=print) -> dict:
     every = prompt_set(c.get("prompts_file", ""))  # a bad file fails before any training
     tasks = tasks_of(every)
     if MIXED in tasks:
-        raise ValueError(f"config.prompts_file: {MIXED!r} names the mixed set; rename that task")
+        raise ValueError(
+            f"config.adaptive.prompts_file: {MIXED!r} names the mixed set; rename that task"
+        )
     lookup = c.draft_head == "lookup"
     if lookup:
         from specjax.pretrained import load_pretrained

@@ -55,7 +55,7 @@ def feature_data(
     fingerprint of their content; a file that holds one of our evaluation prompts is refused,
     since a head trained on it would be measured on its own training text.
     """
-    file_prompts = _training_file(prompts_file) if prompts_file else None
+    file_prompts = check_training_file(prompts_file) if prompts_file else None
     settings = dict(
         params=params_fingerprint(params),
         stdlib=stdlib_fingerprint(),
@@ -135,11 +135,13 @@ def token_order(fingerprint: str, vocab_size: int) -> np.ndarray:
         return rank_by_frequency(z["tokens"], vocab_size)
 
 
-def _training_file(path: str) -> tuple:
-    """The prompts of a training prompts file, none of them one of our evaluation prompts."""
+def check_training_file(path: str) -> tuple:
+    """The prompts of a training prompts file, none of them one of our evaluation prompts (the
+    user's message compared, whitespace stripped, whatever turns come before it). Your own
+    evaluation prompts it cannot know: keep them out of the file yourself."""
     prompts = load_prompts(path)
-    evaluation = {json.dumps(p.messages) for p in PROMPTS + load_prompts(EXAMPLE_FILE)}
-    shared = [p for p in prompts if json.dumps(p.messages) in evaluation]
+    evaluation = {p.text.strip() for p in PROMPTS + load_prompts(EXAMPLE_FILE)}
+    shared = [p for p in prompts if p.text.strip() in evaluation]
     if shared:
         raise ValueError(
             f"config.data.prompts_file={path!r}: {len(shared)} of its prompts are evaluation "

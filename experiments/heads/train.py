@@ -85,9 +85,13 @@ def run(config, workdir: str) -> dict:
     run's summary (also in workdir/summary.json)."""
     if config.head not in HEADS:
         raise ValueError(f"config.head must be one of {HEADS}, got {config.head!r}")
+    prompts_file = config.data.get("prompts_file", "")
+    if prompts_file:  # a bad or leaking file fails before the target loads
+        from experiments.heads.data import check_training_file
+
+        check_training_file(prompts_file)
     model, params, tokenizer = load_target(config.target)
     layers = head_layers(config, model)
-    prompts_file = config.data.get("prompts_file", "")
     if tokenizer is None:
         if prompts_file:
             raise ValueError(

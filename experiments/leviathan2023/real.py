@@ -36,7 +36,7 @@ import time
 import jax
 
 from experiments.common import real_drafts
-from experiments.common.real_prompts import alternate, prompt_set
+from experiments.common.real_prompts import alternate, prompt_set, spread
 from experiments.leviathan2023 import report
 from specjax import theory
 from specjax.benchmark.costs import call_cost
@@ -46,7 +46,8 @@ from specjax.decoding import SpeculativeDecoder, make_warper
 
 def prompt_sets(config) -> tuple[tuple, tuple]:
     """(Table 3's prompts, Table 2's): each task's prompts taken alternately, so that Table 2 is
-    held out from Table 3 (`real_prompts.alternate`; Table 2's are round-robin over the tasks).
+    held out from Table 3 (`real_prompts.alternate`), then `alpha_prompts` and
+    `walltime_prompts` of them spread over the tasks (`real_prompts.spread`).
 
     On the built-in set: Table 3 on two of each task's four, Table 2 on a third (the defaults
     take 12 and 6). `config.prompts_file` (JSON Lines, `real_prompts.load_prompts`) replaces
@@ -58,7 +59,7 @@ def prompt_sets(config) -> tuple[tuple, tuple]:
             f"config.prompts_file={config.prompts_file!r} has one prompt per task: Table 2 "
             "needs prompts held out from Table 3, so give some task at least two"
         )
-    return alpha[: config.alpha_prompts], walltime[: config.walltime_prompts]
+    return spread(alpha, config.alpha_prompts), spread(walltime, config.walltime_prompts)
 
 
 def _log(msg: str) -> None:

@@ -22,13 +22,15 @@ from __future__ import annotations
 import numpy as np
 
 from experiments.common import real_drafts
-from experiments.common.real_prompts import alternate, prompt_set
+from experiments.common.real_prompts import alternate, prompt_set, spread, tasks_of
 
 
 def prompt_sets(config) -> tuple[tuple, tuple]:
     """(tokens-per-call prompts, walltime prompts), disjoint: each task's prompts alternately
-    (`real_prompts.alternate`), the walltime ones ordered so that the first few are of tasks
-    apart. On the built-in set: two of each task's four (12), and three others of three tasks.
+    (`real_prompts.alternate`), then `stats_prompts` and `walltime_prompts` of them spread over
+    the tasks (`real_prompts.spread`), the walltime ones over every other task first (tasks
+    apart). On the built-in set: two of each task's four (12), and the second prompt of the
+    1st, 3rd and 5th task (3).
     """
     stats, held = alternate(prompt_set(config.get("prompts_file", "")))
     if not held:
@@ -36,8 +38,9 @@ def prompt_sets(config) -> tuple[tuple, tuple]:
             f"config.prompts_file={config.prompts_file!r} has one prompt per task: the walltime "
             "prompts are held out from the statistics' ones, so give some task at least two"
         )
-    wall = held[0::2] + held[1::2]
-    return stats[: config.stats_prompts], wall[: config.walltime_prompts]
+    tasks = tasks_of(held)
+    wall = spread(held, config.walltime_prompts, tasks[0::2] + tasks[1::2])
+    return spread(stats, config.stats_prompts), wall
 
 
 def load(config, log=print):
