@@ -95,7 +95,7 @@ def main(argv):
     from specjax.models.layout import resolve_matmul, with_matmul
     from specjax.pretrained import REGISTRY, fetch
 
-    prompts = spread(prompt_set(FLAGS.prompts_file), FLAGS.num_prompts)
+    prompts = spread(prompt_set(FLAGS.prompts_file), FLAGS.num_prompts, name="--num_prompts")
 
     path = fetch(FLAGS.model) if FLAGS.model in REGISTRY else FLAGS.model
     model, params, tokenizer = load_gguf(path, matmul="xla")

@@ -60,8 +60,12 @@ def test_alternate_on_uneven_tasks():
     assert spread(prompts, 99) == (a1, a2, a3, b1, c1, c2)
     assert spread(prompts, 2, task_order=("c", "a", "b")) == (a1, c1)
     for bad in (0, -1, 1.5, True):
-        with pytest.raises(ValueError, match="number of prompts must be an integer >= 1"):
+        with pytest.raises(ValueError, match=r"n \(prompts to take\) must be an integer >= 1"):
             spread(prompts, bad)
+    config = seq_config.get_config("smollm2")
+    config.stats_prompts = 0
+    with pytest.raises(ValueError, match=r"config.stats_prompts \(prompts to take\) must be"):
+        seq_real.prompt_sets(config)
     with pytest.raises(ValueError, match="task_order"):
         spread(prompts, 2, task_order=("a", "b"))
     with pytest.raises(ValueError, match=r"task must be one of \('a', 'b', 'c'\), got 'd'"):

@@ -172,7 +172,7 @@ def alternate(prompts) -> tuple[tuple[Prompt, ...], tuple[Prompt, ...]]:
     return tuple(p for g in groups for p in g[0::2]), tuple(p for g in groups for p in g[1::2])
 
 
-def spread(prompts, n: int, task_order=None) -> tuple[Prompt, ...]:
+def spread(prompts, n: int, task_order=None, name: str = "n") -> tuple[Prompt, ...]:
     """n of `prompts` (all if fewer), spread over their tasks, grouped by task.
 
     Tasks take turns, in `task_order` (default: order of appearance), each turn adding one
@@ -180,10 +180,10 @@ def spread(prompts, n: int, task_order=None) -> tuple[Prompt, ...]:
     allow it; within a task the picks are evenly spaced (indices ⌊j·m/k⌋ of its m prompts for
     k picks). On the built-in set (four per task): 24 is `PROMPTS`, 12 is `PROMPTS[0::2]`, 6 is
     `PROMPTS[0::4]`; of `alternate`'s second set, 6 is `PROMPTS[1::4]`, and 3 with the tasks
-    ordered `tasks[0::2] + tasks[1::2]` is `PROMPTS[1::8]`.
+    ordered `tasks[0::2] + tasks[1::2]` is `PROMPTS[1::8]`. `name` names n in errors.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"the number of prompts must be an integer >= 1, got {n!r}")
+        raise ValueError(f"{name} (prompts to take) must be an integer >= 1, got {n!r}")
     tasks = tasks_of(prompts)
     order = tuple(task_order) if task_order is not None else tasks
     if sorted(order) != sorted(tasks):

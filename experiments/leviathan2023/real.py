@@ -59,7 +59,10 @@ def prompt_sets(config) -> tuple[tuple, tuple]:
             f"config.prompts_file={config.prompts_file!r} has one prompt per task: Table 2 "
             "needs prompts held out from Table 3, so give some task at least two"
         )
-    return spread(alpha, config.alpha_prompts), spread(walltime, config.walltime_prompts)
+    return (
+        spread(alpha, config.alpha_prompts, name="config.alpha_prompts"),
+        spread(walltime, config.walltime_prompts, name="config.walltime_prompts"),
+    )
 
 
 def _log(msg: str) -> None:

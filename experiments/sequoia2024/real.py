@@ -39,8 +39,10 @@ def prompt_sets(config) -> tuple[tuple, tuple]:
             "prompts are held out from the statistics' ones, so give some task at least two"
         )
     tasks = tasks_of(held)
-    wall = spread(held, config.walltime_prompts, tasks[0::2] + tasks[1::2])
-    return spread(stats, config.stats_prompts), wall
+    wall = spread(
+        held, config.walltime_prompts, tasks[0::2] + tasks[1::2], name="config.walltime_prompts"
+    )
+    return spread(stats, config.stats_prompts, name="config.stats_prompts"), wall
 
 
 def load(config, log=print):
