@@ -292,6 +292,12 @@ def load_prompts(path) -> tuple[Prompt, ...]:
     return tuple(prompts)
 
 
+def evaluation_texts() -> frozenset[str]:
+    """The user messages of our evaluation prompts (the built-in set and `EXAMPLE_FILE`),
+    whitespace stripped: what training prompts must never be."""
+    return frozenset(p.text.strip() for p in PROMPTS + load_prompts(EXAMPLE_FILE))
+
+
 def prompt_set(prompts_file: str | None = "") -> tuple[Prompt, ...]:
     """The prompts a real-model measurement runs on: `load_prompts(prompts_file)`, or the
     built-in `PROMPTS` when it is empty or None."""

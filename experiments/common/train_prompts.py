@@ -23,7 +23,7 @@ import os
 
 import numpy as np
 
-from experiments.common.real_prompts import PROMPTS, TASKS, Prompt
+from experiments.common.real_prompts import TASKS, Prompt, evaluation_texts
 from specjax.data.python_source import list_source_files, stdlib_root
 
 _NAMES = ("Mira", "Tomas", "Aiko", "Lena", "Omar", "Priya", "Jonas", "Zoe", "Kofi", "Elena")
@@ -174,7 +174,7 @@ def train_prompts(count: int, seed: int = 0) -> tuple[Prompt, ...]:
         raise ValueError(f"count must be an integer >= 1, got {count!r}")
     docs, funcs = _stdlib_material()
     rng = np.random.default_rng(seed)
-    held_out = {p.text for p in PROMPTS}
+    held_out = evaluation_texts()
     out, seen = [], set()
     attempts = 0
     while len(out) < count:
@@ -183,7 +183,7 @@ def train_prompts(count: int, seed: int = 0) -> tuple[Prompt, ...]:
         attempts += 1
         if attempts > 50 * count:
             break  # the templates ran out of distinct prompts: return what there is
-        if text in held_out or text in seen:
+        if text.strip() in held_out or text in seen:
             continue
         seen.add(text)
         out.append(Prompt(task, text))

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from experiments.common.real_prompts import EXAMPLE_FILE, PROMPTS, load_prompts
+from experiments.common.real_prompts import evaluation_texts, load_prompts
 from experiments.common.train_prompts import stdlib_fingerprint, train_prompts
 from specjax.pretrained import cache_dir
 from specjax.training.eagle import rank_by_frequency
@@ -140,7 +140,7 @@ def check_training_file(path: str) -> tuple:
     user's message compared, whitespace stripped, whatever turns come before it). Your own
     evaluation prompts it cannot know: keep them out of the file yourself."""
     prompts = load_prompts(path)
-    evaluation = {p.text.strip() for p in PROMPTS + load_prompts(EXAMPLE_FILE)}
+    evaluation = evaluation_texts()
     shared = [p for p in prompts if p.text.strip() in evaluation]
     if shared:
         raise ValueError(

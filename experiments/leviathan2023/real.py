@@ -172,8 +172,6 @@ def run(config, workdir: str) -> dict:
     """Runs the real-target pipeline; returns (and writes) every figure."""
     start = time.perf_counter()
     os.makedirs(workdir, exist_ok=True)
-    if int(config.alpha_prompts) < 1 or int(config.walltime_prompts) < 1:
-        raise ValueError("config.alpha_prompts and config.walltime_prompts must be >= 1")
     alpha_prompts, walltime_prompts = prompt_sets(config)
     source = config.get("prompts_file") or "the built-in set (experiments/common/real_prompts)"
     _log(f"  prompts: {len(alpha_prompts)} + {len(walltime_prompts)} held out, from {source}")
