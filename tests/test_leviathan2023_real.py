@@ -95,7 +95,21 @@ def test_greedy_rows_equal_autoregressive_and_table3_is_taken_at_the_largest_gam
     # Table 3 on lines 1, 5 (the limericks alternate) and 2; Table 2 on lines 3 and 4.
     assert out["prompts"]["table3_tasks"] == ["limerick", "limerick", "sums"]
     assert out["prompts"]["table2_tasks"] == ["limerick", "sums"]
+    assert out["prompts"]["table2_held_out"] is True
     assert len(load_prompts(out["prompts"]["file"])) == 5
+
+
+def test_the_report_says_when_table2_is_in_sample(results):
+    # A file of one prompt per task runs Table 2 on Table 3's prompts (test_real_prompts);
+    # the run records it, and the report's legend and prediction source must not say "held out".
+    out, _ = results
+    held = report.format_table2(out)
+    assert "measured on other prompts (held out)" in held and "in-sample" not in held
+    in_sample = dict(out, prompts=dict(out["prompts"], table2_held_out=False))
+    for row in in_sample["walltime"]["t0/prompt lookup"]:
+        assert "in-sample" not in row["heldout_model"]  # this run's rows: held out
+    text = report.format_table2(in_sample)
+    assert "(held out)" not in text and "in-sample: each task of the prompts file" in text
 
 
 def test_c_is_measured_against_the_uniform_drafts_iteration(results):

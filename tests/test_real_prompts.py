@@ -16,8 +16,10 @@ from experiments.common.real_prompts import (
     Prompt,
     alternate,
     by_task,
+    halves,
     load_prompts,
     prompt_set,
+    shares_prompts,
     spread,
     tasks_of,
 )
@@ -180,16 +182,28 @@ def test_sequoia2024_takes_its_walltime_prompts_from_tasks_apart(tmp_path):
     assert [p.text for p in walltime] == ["a 2", "a 4", "a 6", "b 2", "b 4", "b 6"]  # 3 of 4
 
 
-def test_splits_that_need_held_out_prompts_refuse_one_prompt_per_task(tmp_path):
-    path = _write(tmp_path, [{"task": "a", "text": "x"}, {"task": "b", "text": "y"}])
-    for module, get_config in (
-        (lev_real, lev_config.get_config),
-        (seq_real, seq_config.get_config),
-    ):
-        config = get_config("smollm2")
-        config.prompts_file = path
-        with pytest.raises(ValueError, match="has one prompt per task.*at least two"):
-            module.prompt_sets(config)
+def test_one_prompt_per_task_measures_both_halves_on_every_prompt(tmp_path):
+    # No task has a second prompt to hold out: both sets are the whole file (in-sample, which
+    # shares_prompts reports and the pipelines print), not a refusal and not half the tasks.
+    lines = [{"task": t, "text": f"{t} 1"} for t in "abcdef"]
+    path = _write(tmp_path, lines)
+    prompts = load_prompts(path)
+    assert halves(prompts) == (prompts, prompts) and shares_prompts(prompts, prompts)
+    assert not shares_prompts(*alternate(PROMPTS)) and halves(PROMPTS) == alternate(PROMPTS)
+    lev = lev_config.get_config("smollm2")
+    lev.prompts_file = path
+    alpha, walltime = lev_real.prompt_sets(lev)  # 12 and 6 asked: all six in each
+    assert alpha == prompts and walltime == prompts
+    seq = seq_config.get_config("smollm2")
+    seq.prompts_file = path
+    stats, wall = seq_real.prompt_sets(seq)  # 12 and 3 asked: all six; three, tasks apart
+    assert stats == prompts and [p.text for p in wall] == ["a 1", "c 1", "e 1"]
+    assert shares_prompts(stats, wall)
+    # One task with two prompts is enough for held-out halves; the others go to the first.
+    path = _write(tmp_path, lines + [{"task": "b", "text": "b 2"}], "two.jsonl")
+    lev.prompts_file = path
+    alpha, walltime = lev_real.prompt_sets(lev)
+    assert [p.text for p in walltime] == ["b 2"] and not shares_prompts(alpha, walltime)
 
 
 def test_the_shipped_example_set_loads_and_shares_no_prompt_with_ours():

@@ -172,6 +172,22 @@ def alternate(prompts) -> tuple[tuple[Prompt, ...], tuple[Prompt, ...]]:
     return tuple(p for g in groups for p in g[0::2]), tuple(p for g in groups for p in g[1::2])
 
 
+def halves(prompts) -> tuple[tuple[Prompt, ...], tuple[Prompt, ...]]:
+    """A measurement's two prompt sets: `alternate`'s, disjoint, where some task has two prompts.
+
+    Where every task has one prompt there is no second set to hold out, and both sets are the
+    whole set: the second is measured in-sample (`shares_prompts` tells; the pipelines say it in
+    their logs, results and reports).
+    """
+    first, second = alternate(prompts)
+    return (first, second) if second else (first, first)
+
+
+def shares_prompts(first, second) -> bool:
+    """Whether two prompt sets hold a common prompt (the second is then not held out)."""
+    return bool(set(first) & set(second))
+
+
 def spread(prompts, n: int, task_order=None, name: str = "n") -> tuple[Prompt, ...]:
     """n of `prompts` (all if fewer), spread over their tasks, grouped by task.
 

@@ -22,7 +22,8 @@ The steps, all at batch 1 and on the model's chat template:
         each γ (`theory.positional_tokens_per_iteration`: held out, since the prompts differ).
 
 Prompts: our chat prompts (`experiments/common/real_prompts`), or yours, one JSON object per
-line: `--config.prompts_file=my_prompts.jsonl` (`prompt_sets` splits them).
+line: `--config.prompts_file=my_prompts.jsonl` (`prompt_sets` splits them; a file of one
+prompt per task has no held-out half, so Table 2 reuses Table 3's prompts and says so).
 
 Writes results.json in the schema of `pipeline.run` (so `report.py` renders both), plus
 "real": Table 3's full draft tables (α by position and by task).
@@ -36,7 +37,7 @@ import time
 import jax
 
 from experiments.common import real_drafts
-from experiments.common.real_prompts import alternate, prompt_set, spread
+from experiments.common.real_prompts import halves, prompt_set, shares_prompts, spread
 from experiments.leviathan2023 import report
 from specjax import theory
 from specjax.benchmark.costs import call_cost
@@ -46,19 +47,15 @@ from specjax.decoding import SpeculativeDecoder, make_warper
 
 def prompt_sets(config) -> tuple[tuple, tuple]:
     """(Table 3's prompts, Table 2's): each task's prompts taken alternately, so that Table 2 is
-    held out from Table 3 (`real_prompts.alternate`), then `alpha_prompts` and
+    held out from Table 3 (`real_prompts.halves`), then `alpha_prompts` and
     `walltime_prompts` of them spread over the tasks (`real_prompts.spread`).
 
     On the built-in set: Table 3 on two of each task's four, Table 2 on a third (the defaults
     take 12 and 6). `config.prompts_file` (JSON Lines, `real_prompts.load_prompts`) replaces
-    the built-in set; it needs a task with two prompts, so that Table 2 has one.
+    the built-in set; where each of its tasks has one prompt, both tables take them all and
+    Table 2's predictions are in-sample (the run says so).
     """
-    alpha, walltime = alternate(prompt_set(config.get("prompts_file", "")))
-    if not walltime:
-        raise ValueError(
-            f"config.prompts_file={config.prompts_file!r} has one prompt per task: Table 2 "
-            "needs prompts held out from Table 3, so give some task at least two"
-        )
+    alpha, walltime = halves(prompt_set(config.get("prompts_file", "")))
     return (
         spread(alpha, config.alpha_prompts, name="config.alpha_prompts"),
         spread(walltime, config.walltime_prompts, name="config.walltime_prompts"),
@@ -125,9 +122,11 @@ def sweep_names(config, drafts) -> list[str]:
     ]
 
 
-def measure_table2(config, target, params, tokenizer, drafts, tables3, t_target, prompts) -> dict:
-    """{(t, name): walltime rows} on `prompts`, each row with Table 3's held-out positional
-    prediction."""
+def measure_table2(
+    config, target, params, tokenizer, drafts, tables3, t_target, prompts, held_out=True
+) -> dict:
+    """{(t, name): walltime rows} on `prompts`, each row with the positional prediction from
+    Table 3's survival by position (held out from `prompts` unless `held_out` is False)."""
     ids = real_drafts.chat_ids(tokenizer, prompts)
     gammas = [int(g) for g in config.gammas]
     out = {}
@@ -159,7 +158,9 @@ def measure_table2(config, target, params, tokenizer, drafts, tables3, t_target,
                 row["predicted_tokens_per_iteration_heldout"] = (
                     theory.positional_tokens_per_iteration(by_position, r.gamma)
                 )
-                row["heldout_model"] = "the positional model at Table 3's survival by position"
+                row["heldout_model"] = "the positional model at Table 3's survival by position" + (
+                    "" if held_out else " (the same prompts: in-sample)"
+                )
                 out[(t, name)].append(row)
     return out
 
@@ -173,8 +174,15 @@ def run(config, workdir: str) -> dict:
     start = time.perf_counter()
     os.makedirs(workdir, exist_ok=True)
     alpha_prompts, walltime_prompts = prompt_sets(config)
+    held_out = not shares_prompts(alpha_prompts, walltime_prompts)
     source = config.get("prompts_file") or "the built-in set (experiments/common/real_prompts)"
-    _log(f"  prompts: {len(alpha_prompts)} + {len(walltime_prompts)} held out, from {source}")
+    if held_out:
+        _log(f"  prompts: {len(alpha_prompts)} + {len(walltime_prompts)} held out, from {source}")
+    else:
+        _log(
+            f"  prompts: {len(alpha_prompts)} from {source}, one per task: Table 2 runs on "
+            f"{len(walltime_prompts)} of the same, so its predictions are in-sample, not held out"
+        )
     _log(f"[1/4] models: {config.pretrained} and its drafts")
     target, params, tokenizer, drafts = load_models(config)
 
@@ -194,7 +202,7 @@ def run(config, workdir: str) -> dict:
 
     _log("[4/4] walltime, autoregressive vs speculative, by gamma (Table 2)")
     speed = measure_table2(
-        config, target, params, tokenizer, drafts, tables3, t_target, walltime_prompts
+        config, target, params, tokenizer, drafts, tables3, t_target, walltime_prompts, held_out
     )
 
     first = tables3[float(config.temperatures[0])]["rows"]
@@ -227,6 +235,7 @@ def run(config, workdir: str) -> dict:
             "file": config.get("prompts_file") or None,
             "table3_tasks": [p.task for p in alpha_prompts],
             "table2_tasks": [p.task for p in walltime_prompts],
+            "table2_held_out": held_out,
         },
         "accept": "tokenwise",
         "lossless": True,

@@ -22,22 +22,24 @@ from __future__ import annotations
 import numpy as np
 
 from experiments.common import real_drafts
-from experiments.common.real_prompts import alternate, prompt_set, spread, tasks_of
+from experiments.common.real_prompts import (
+    halves,
+    prompt_set,
+    shares_prompts,
+    spread,
+    tasks_of,
+)
 
 
 def prompt_sets(config) -> tuple[tuple, tuple]:
     """(tokens-per-call prompts, walltime prompts), disjoint: each task's prompts alternately
-    (`real_prompts.alternate`), then `stats_prompts` and `walltime_prompts` of them spread over
+    (`real_prompts.halves`), then `stats_prompts` and `walltime_prompts` of them spread over
     the tasks (`real_prompts.spread`), the walltime ones over every other task first (tasks
     apart). On the built-in set: two of each task's four (12), and the second prompt of the
-    1st, 3rd and 5th task (3).
+    1st, 3rd and 5th task (3). A prompts file of one prompt per task has no held-out half:
+    the walltime prompts are then some of the statistics' own (the report's corpus says so).
     """
-    stats, held = alternate(prompt_set(config.get("prompts_file", "")))
-    if not held:
-        raise ValueError(
-            f"config.prompts_file={config.prompts_file!r} has one prompt per task: the walltime "
-            "prompts are held out from the statistics' ones, so give some task at least two"
-        )
+    stats, held = halves(prompt_set(config.get("prompts_file", "")))
     tasks = tasks_of(held)
     wall = spread(
         held, config.walltime_prompts, tasks[0::2] + tasks[1::2], name="config.walltime_prompts"
@@ -51,8 +53,12 @@ def load(config, log=print):
     Sets `config.prompt_len` to the common length L of the cut prompts.
     """
     stats, wall = prompt_sets(config)  # a bad prompts file fails before the draft is trained
-    if config.get("prompts_file"):
-        config.corpus = f"the prompts of {config.prompts_file}"  # the report's and plots' label
+    if config.get("prompts_file"):  # the report's and plots' label
+        config.corpus = f"the prompts of {config.prompts_file}" + (
+            " (walltime on some of the statistics' own prompts: one per task, none held out)"
+            if shares_prompts(stats, wall)
+            else ""
+        )
     target, tparams, tokenizer, draft, dparams, draft_name = real_drafts.distilled_pair(config, log)
     ids = real_drafts.chat_ids(tokenizer, list(stats) + list(wall))
     length = min(len(x) for x in ids)
