@@ -38,7 +38,8 @@ String options after the colon (comma-separated, big_vision style):
                          (none: autoregressive only)
     weights=auto         auto | trained | random (see above)
     gamma=4              drafted tokens per iteration
-    gamma_policy=fixed   fixed | heuristic | confidence[:T] | theory[:C] (adaptive γ, per row)
+    gamma_policy=fixed   fixed | heuristic | confidence[:T] | theory[:C] | positional[:C]
+                         (adaptive γ, per row)
     tree=3/2/1           verify a token tree instead of a chain: children per depth ("/"-
                          separated here; --config.tree="3,2,1" or a parents list "-1,0,0,1,1")
     rule=with            tree siblings drawn with (SpecInfer) or without (Sequoia) replacement

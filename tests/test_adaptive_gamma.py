@@ -28,6 +28,7 @@ from specjax.decoding import (
     ConfidenceGamma,
     FixedGamma,
     HeuristicGamma,
+    PositionalGamma,
     SpeculativeDecoder,
     TheoryGamma,
     loop,
@@ -39,6 +40,7 @@ POLICIES = {
     "heuristic": HeuristicGamma(),
     "confidence": ConfidenceGamma(0.5),
     "theory": TheoryGamma(c=0.3),
+    "positional": PositionalGamma(c=0.3),
 }
 # The draft steps as a `lax.while_loop` (the default for this cached draft: unrolled conds).
 WHILE_LOOP = ("theory",)
@@ -156,12 +158,81 @@ def test_theory_estimate_is_the_censored_geometric_mle():
     assert np.mean(naive) < alpha - 0.1  # the truncation bias the MLE avoids
 
 
+def _counts(survival, n=1e6):
+    """A (reached, accepted) state whose estimates are `survival` [batch, G] (prior negligible)."""
+    survival = np.asarray(survival, np.float64)
+    return (jnp.full(survival.shape, n, jnp.float32), jnp.asarray(survival * n, jnp.float32))
+
+
+def test_positional_budget_maximises_the_positional_model_per_row():
+    """γ_t = argmax over γ of theory.positional_tokens_per_iteration(s, γ) / cost(γ), row by row;
+    at equal survivals it is TheoryGamma's γ at that α."""
+    survival = np.array(
+        [
+            [0.3, 0.95, 0.95, 0.95, 0.95, 0.95],  # lookup-like: a weak first draft, then a copy
+            [0.9, 0.5, 0.2, 0.1, 0.1, 0.1],  # a head-like decay
+            [0.6, 0.6, 0.6, 0.6, 0.6, 0.6],
+            [0.05, 0.05, 0.05, 0.05, 0.05, 0.05],
+        ]
+    )
+    state = _counts(survival)
+    gammas = np.arange(1, 7)
+    curve = {1: 1.0, 2: 1.02, 4: 1.1, 7: 1.3}
+    for policy, cost in (
+        (PositionalGamma(c=0.1, prior_strength=1e-6), 1.0 + 0.1 * gammas),
+        (
+            PositionalGamma.from_costs(curve, 0.05, prior_strength=1e-6, static_verify=False),
+            np.interp(gammas + 1, [1, 2, 4, 7], [1.0, 1.02, 1.1, 1.3]) + 0.05 * gammas,
+        ),
+    ):
+        tokens = np.array([[theory.positional_tokens_per_iteration(r, g) for g in gammas]
+                           for r in survival])  # fmt: skip
+        expected = gammas[np.argmax(tokens / cost, axis=1)]
+        np.testing.assert_array_equal(policy.budget(state, 6), expected)
+        assert expected[0] > 1 and expected[3] == 1  # the model's choice differs by row
+        np.testing.assert_allclose(policy.survival(state), survival, rtol=1e-5)
+    # Equal survivals: the i.i.d. model's choice (TheoryGamma at the same α).
+    alphas = np.array([0.1, 0.3, 0.5, 0.7, 0.9])
+    equal = _counts(np.repeat(alphas[:, None], 8, axis=1))
+    iid = (jnp.asarray(alphas * 1e6, jnp.float32), jnp.asarray((1 - alphas) * 1e6, jnp.float32))
+    for c in (0.05, 0.2, 0.5):
+        positional = PositionalGamma(c=c, prior_strength=1e-6)
+        np.testing.assert_array_equal(
+            positional.budget(equal, 8), TheoryGamma(c=c, prior_strength=1e-6).budget(iid, 8)
+        )
+
+
+def test_positional_update_counts_reached_and_accepted_positions():
+    policy = PositionalGamma(prior_alpha=0.5, prior_strength=2.0)
+    state = policy.init(5, 4)
+    assert [x.shape for x in state] == [(5, 4), (5, 4)]
+    np.testing.assert_allclose(policy.survival(state), 0.5)  # the prior alone
+    drafted = jnp.array([4, 4, 2, 3, 4], jnp.int32)
+    accepted = jnp.array([0, 4, 1, 2, 3], jnp.int32)
+    active = jnp.array([True, True, True, True, False])
+    reached, took = policy.update(state, drafted, accepted, active, 4)
+    # Row 0 reached position 1 and was rejected there; row 1 accepted all four; row 2 drafted
+    # two, accepted the first; row 3 drafted three, accepted two; row 4 is inactive.
+    np.testing.assert_array_equal(
+        reached, [[1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0]]
+    )
+    np.testing.assert_array_equal(
+        took, [[0, 0, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 0, 0]]
+    )
+    np.testing.assert_allclose(policy.survival((reached, took))[2], [2 / 3, 1 / 3, 0.5, 0.5])
+    decayed = PositionalGamma(decay=0.5).update((reached, took), drafted, accepted, active, 4)
+    np.testing.assert_array_equal(decayed[0][1], [1.5, 1.5, 1.5, 1.5])
+    np.testing.assert_array_equal(decayed[0][4], [0, 0, 0, 0])  # inactive: unchanged
+
+
 def test_parse_gamma_policy():
     assert parse_gamma_policy("fixed") is None and parse_gamma_policy(None) is None
     assert parse_gamma_policy("heuristic") == HeuristicGamma()
     assert parse_gamma_policy("confidence") == ConfidenceGamma()
     assert parse_gamma_policy("confidence:0.3") == ConfidenceGamma(0.3)
     assert parse_gamma_policy("theory:0.2") == TheoryGamma(c=0.2)
+    assert parse_gamma_policy("positional:0.2") == PositionalGamma(c=0.2)
+    assert parse_gamma_policy("positional", target_costs=(1, 2)).target_costs == (1.0, 2.0)
     assert parse_gamma_policy("theory", target_costs=(1, 2, 3)).target_costs == (1.0, 2.0, 3.0)
 
 

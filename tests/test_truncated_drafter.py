@@ -3,8 +3,9 @@
 * `check_decoder` (the kit's exact-law test) on a tiny target, vocab 5, t = 1, 2^14 rows per
   prompt (the lossless runs with both prompts side by side in every call, `mixed=True`):
   prompt lookup under the heuristic policy (deterministic proposals, a budget that moves with
-  every verdict) and an untrained EAGLE-1 head under the confidence policy (cuts by the head's
-  own q). False-failure rate per test: the kit's Bonferroni bound, k x 1e-6 with
+  every verdict) and under the positional policy (a budget from per-position survival counts),
+  and an untrained EAGLE-1 head under the confidence policy (cuts by the head's own q).
+  False-failure rate per test: the kit's Bonferroni bound, k x 1e-6 with
   k = 2 prompts x (3 + 1) + 2 = 10 checks, 1e-5.
 * Negative control: the same cut reported wrongly (tokens zeroed past the cut but num_drafted
   left at γ, so the rule verifies zero tokens with q = 0 there) must fail the same test.
@@ -26,6 +27,7 @@ from specjax.decoding import (
     ConfidenceGamma,
     HeuristicGamma,
     LookupDrafter,
+    PositionalGamma,
     SpeculativeDecoder,
     TruncatedDrafter,
     make_warper,
@@ -38,6 +40,9 @@ T0 = make_warper(0.0)
 PROMPTS = ((2,), (1, 4, 1, 4, 1))  # the second repeats: lookup matches from the first step
 HEURISTIC = HeuristicGamma(initial=1)
 CONFIDENCE = ConfidenceGamma(0.5)
+# c = 0.1 of a step per draft: γ = 2 at the prior (s_i = 0.5), 1 once a row's first position is
+# mostly rejected, longer where its survival counts favour it (the cuts test checks both happen).
+POSITIONAL = PositionalGamma(c=0.1, prior_alpha=0.5, prior_strength=1.0)
 
 
 def _lookup(vocab=5, warper=T1, policy=HEURISTIC):
@@ -56,7 +61,15 @@ def _eagle(vocab=5, warper=T1, policy=CONFIDENCE):
     return dec, tp, hp
 
 
-@pytest.mark.parametrize("build", [_lookup, _eagle], ids=["lookup-heuristic", "eagle-confidence"])
+def _lookup_positional(vocab=5, warper=T1, policy=POSITIONAL):
+    return _lookup(vocab, warper, policy)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [_lookup, _lookup_positional, _eagle],
+    ids=["lookup-heuristic", "lookup-positional", "eagle-confidence"],
+)
 def test_a_policy_over_a_drafter_is_lossless(build):
     dec, tp, dp = build()
     assert isinstance(dec.drafter, TruncatedDrafter)
@@ -83,11 +96,15 @@ def test_a_misreported_cut_is_caught():
     assert not report.passed
 
 
-@pytest.mark.parametrize("build", [_lookup, _eagle], ids=["lookup", "eagle"])
-def test_cuts_happen_and_greedy_equals_autoregressive(build):
-    """The heuristic policy for both (at t = 0 a proposal's q is a point mass, so the
-    confidence policy has nothing to read from it and never cuts)."""
-    dec, tp, dp = build(vocab=23, warper=T0, policy=HEURISTIC)
+@pytest.mark.parametrize(
+    "build, policy",
+    [(_lookup, HEURISTIC), (_lookup, POSITIONAL), (_eagle, HEURISTIC)],
+    ids=["lookup", "lookup-positional", "eagle"],
+)
+def test_cuts_happen_and_greedy_equals_autoregressive(build, policy):
+    """The heuristic policy for both drafters (at t = 0 a proposal's q is a point mass, so the
+    confidence policy has nothing to read from it and never cuts), and the positional one."""
+    dec, tp, dp = build(vocab=23, warper=T0, policy=policy)
     prompts = [np.array([1, 2, 3, 1, 2, 3, 1]), np.array([7]), np.array([3, 3, 9, 1, 3, 3])]
     key = jax.random.PRNGKey(0)
     ar = AutoregressiveDecoder(dec.target, T0, cache_len=32).generate(
@@ -99,6 +116,8 @@ def test_cuts_happen_and_greedy_equals_autoregressive(build):
     hist = np.asarray(sp.stats.drafted_hist)  # [gamma + 1]: rows by tokens kept
     print("kept-token histogram", hist)
     assert hist[:3].sum() > 0  # some rows kept fewer than γ = 3
+    if policy is POSITIONAL:
+        assert hist[1] > 0 and hist[2:].sum() > 0  # its budget moved: γ = 1 and longer
 
 
 def test_the_policy_must_be_a_policy():

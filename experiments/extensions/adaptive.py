@@ -11,9 +11,11 @@ it), and a name with "+auto" verifies only as wide as its drafts (`verify_widths
 theory policy then models γ + 1); `theory_loop` is the theory policy on whole-iteration costs
 measured in the loop (each fixed-γ decoder's CPU seconds per iteration on a separate
 calibration prompt: a cost, not an acceptance, is measured; α is still estimated online);
-`fixed_via_adaptive` is the adaptive drafter at a constant γ = gamma_max, its own overhead
-against the fixed-γ scan. The best fixed γ is found
-after the fact; each row's `vs_best_fixed` is the best fixed γ's ms/token over its own.
+`positional` and `positional_loop` are the same with acceptance estimated per draft position
+(`PositionalGamma`: survival rates, for drafts whose acceptances are correlated along a
+proposal, like prompt lookup); `fixed_via_adaptive` is the adaptive drafter at a constant
+γ = gamma_max, its own overhead against the fixed-γ scan. The best fixed γ is found after the
+fact; each row's `vs_best_fixed` is the best fixed γ's ms/token over its own.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from specjax.decoding import (
     ConfidenceGamma,
     FixedGamma,
     HeuristicGamma,
+    PositionalGamma,
     SpeculativeDecoder,
     TheoryGamma,
     make_warper,
@@ -49,20 +52,25 @@ def _models(c, workdir: str, log):
     return target, tparams, {n: (m, p) for n, (m, p, _) in loaded["drafts"].items()}
 
 
+# Policies whose iteration costs are fixed-γ decoders' measured seconds per iteration.
+LOOP_CALIBRATED = ("theory_loop", "positional_loop")
+
+
 def policy_of(name: str, t_target: dict, t_draft: float, iteration_costs=None):
     """(policy, verify_widths) of a policy name; "+auto" verifies only as wide as the drafts."""
     name, plus, widths = name.partition("+")
     if plus and widths != "auto":
         raise ValueError(f"policies: unknown suffix +{widths!r} (only +auto)")
-    if name == "theory_loop":
-        return TheoryGamma.from_iteration_costs(iteration_costs), widths or "static"
+    if name in LOOP_CALIBRATED:
+        policy = TheoryGamma if name == "theory_loop" else PositionalGamma
+        return policy.from_iteration_costs(iteration_costs), widths or "static"
     policy = _policy_only(name, t_target, t_draft, static=not plus)
     return policy, widths or "static"
 
 
 def needs_iteration_costs(policies) -> bool:
-    """Whether a policy list holds `theory_loop` (with or without a "+auto" suffix)."""
-    return any(name.partition("+")[0] == "theory_loop" for name in policies)
+    """Whether a policy list holds `theory_loop` or `positional_loop` (with or without "+auto")."""
+    return any(name.partition("+")[0] in LOOP_CALIBRATED for name in policies)
 
 
 def _policy_only(name: str, t_target: dict, t_draft: float, static: bool):
@@ -71,8 +79,9 @@ def _policy_only(name: str, t_target: dict, t_draft: float, static: bool):
     if name.startswith("confidence"):
         _, _, threshold = name.partition(":")
         return ConfidenceGamma(float(threshold) if threshold else 0.4)
-    if name == "theory":
-        return TheoryGamma.from_costs(t_target, t_draft, static_verify=static)
+    if name in ("theory", "positional"):
+        policy = TheoryGamma if name == "theory" else PositionalGamma
+        return policy.from_costs(t_target, t_draft, static_verify=static)
     if name == "fixed_via_adaptive":
         return FixedGamma()
     raise ValueError(f"policies: unknown policy {name!r}")

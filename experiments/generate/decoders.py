@@ -10,6 +10,7 @@ from __future__ import annotations
 from specjax.benchmark import costs
 from specjax.decoding import (
     LookupTreeDrafter,
+    PositionalGamma,
     SpeculativeDecoder,
     TheoryGamma,
     TreeSpeculativeDecoder,
@@ -21,17 +22,18 @@ from specjax.decoding.rules import accept_rule
 def build_gamma_policy(config, target=None, target_params=None, draft=None):
     """The adaptive-γ policy of `config.gamma_policy` (None: fixed γ).
 
-    "theory" without a configured c measures the draft/target step costs and the target's
-    T(k) for k = 1..gamma + 1 (in-loop, `benchmark.costs`) before the run; that needs the
-    models (target, target_params, draft = (draft_model, draft_params)).
+    "theory" or "positional" without a configured c measures the draft/target step costs and
+    the target's T(k) for k = 1..gamma + 1 (in-loop, `benchmark.costs`) before the run; that
+    needs the models (target, target_params, draft = (draft_model, draft_params)).
     """
     spec = config.get("gamma_policy", "fixed")
-    if spec == "theory" and target is not None and draft is not None:
+    if spec in ("theory", "positional") and target is not None and draft is not None:
         draft_model, draft_params = draft
         where = dict(batch=1, context=min(64, config.cache_len // 2), cache_len=config.cache_len)
         t_target = costs.cost_curve(target, target_params, config.gamma + 1, **where)
         t_draft = costs.call_cost(draft_model, draft_params, 1, **where).median
-        return TheoryGamma.from_costs(t_target, t_draft)
+        policy = TheoryGamma if spec == "theory" else PositionalGamma
+        return policy.from_costs(t_target, t_draft)
     return parse_gamma_policy(spec)
 
 

@@ -59,6 +59,7 @@ from specjax.decoding.drafters.gamma_policy import (
     ConfidenceGamma,
     FixedGamma,
     HeuristicGamma,
+    PositionalGamma,
     TheoryGamma,
     parse_gamma_policy,
 )
@@ -104,6 +105,7 @@ __all__ = [
     "ConfidenceGamma",
     "FixedGamma",
     "HeuristicGamma",
+    "PositionalGamma",
     "TheoryGamma",
     "parse_gamma_policy",
     "AutoregressiveDecoder",

@@ -23,6 +23,8 @@ target's verdict on the current drafts, and a token once drawn is always verifie
   * `TheoryGamma`: γ_t maximises the measured-cost speedup of `theory.py` at an online
     estimate of α from past iterations only (the censored-geometric MLE α̂ = A / (A + R), A the
     accepted drafts and R the iterations that ended in a rejection, shrunk towards a prior).
+  * `PositionalGamma`: the same, with acceptance estimated per draft position (survival
+    rates), for drafts whose acceptances are correlated along a proposal (prompt lookup).
   * `ConfidenceGamma` (HF's `assistant_confidence_threshold`): after drawing x_k, stop when the
     draft's own probability of x_k is below the threshold. x_k is KEPT and verified: the
     decision concerns x_{k+1} only. Dropping x_k instead (because of its own value) would leave
@@ -301,7 +303,63 @@ class TheoryGamma(_PastOnly):
         return (jnp.where(active, new_a, accepted), jnp.where(active, new_r, rejected))
 
 
-POLICY_NAMES = ("fixed", "heuristic", "confidence", "theory")
+@dataclasses.dataclass(frozen=True)
+class PositionalGamma(TheoryGamma):
+    """`TheoryGamma` with acceptance estimated per draft position, not as one i.i.d. α.
+
+    The i.i.d. model prices the k-th draft at α̂^k. Drafts whose acceptances are correlated
+    along a proposal break it: prompt lookup's first token is often wrong (a stale match), but
+    once it is right the copied continuation tends to stay right, so the i.i.d. α̂ (low) keeps
+    γ short where long proposals pay. This policy keeps, per row and draft position i, how
+    often position i was reached (drafted, with every draft before it accepted) and accepted,
+    estimates the survival s_i = P(draft i accepted | drafts 1..i-1 accepted) from them (each
+    with `prior_strength` pseudo-observations at `prior_alpha`; `decay` forgets), and picks
+
+        γ_t = argmax_γ (1 + Σ_{k<=γ} Π_{i<=k} s_i) / cost(γ),
+
+    the expected tokens of an iteration under that model (Table 2's positional model,
+    `theory.positional_tokens_per_iteration`) over the same relative cost as `TheoryGamma`.
+    With equal s_i it is `TheoryGamma`'s choice. γ_t depends on past iterations only, so every
+    lossless rule stays exact (module docstring). State: (reached, accepted) float32
+    [batch, gamma_max] each.
+    """
+
+    def init(self, batch: int, gamma_max: int):
+        zeros = jnp.zeros((batch, gamma_max), jnp.float32)
+        return (zeros, zeros)
+
+    def survival(self, state) -> jax.Array:
+        """float32 [batch, gamma_max] the estimates s_1..s_gamma_max."""
+        reached, accepted = state
+        a = self.prior_alpha * self.prior_strength
+        return (accepted + a) / (reached + self.prior_strength)
+
+    def alpha(self, state) -> jax.Array:
+        """float32 [batch] the first position's survival (what an iteration's first draft has)."""
+        return self.survival(state)[:, 0]
+
+    def budget(self, state, gamma_max: int) -> jax.Array:
+        survival = self.survival(state)[:, :gamma_max]  # [batch, G]
+        tokens = 1.0 + jnp.cumsum(jnp.cumprod(survival, axis=1), axis=1)  # [batch, G]: γ = 1..G
+        cost = jnp.asarray(self._relative_costs(gamma_max), jnp.float32)[None, :]  # [1, G]
+        return (jnp.argmax(tokens / cost, axis=1) + 1).astype(jnp.int32)
+
+    def update(self, state, num_drafted, num_accepted, active, gamma_max: int):
+        reached, accepted = state
+        position = jnp.arange(1, reached.shape[1] + 1)[None, :]  # [1, G]
+        drafted = num_drafted[:, None]  # [batch, 1]
+        took = num_accepted[:, None]
+        # Position i was reached when it was drafted and drafts 1..i-1 were accepted.
+        now_reached = (position <= jnp.minimum(drafted, took + 1)).astype(jnp.float32)
+        now_accepted = (position <= jnp.minimum(drafted, took)).astype(jnp.float32)
+        live = active[:, None]
+        return (
+            jnp.where(live, self.decay * reached + now_reached, reached),
+            jnp.where(live, self.decay * accepted + now_accepted, accepted),
+        )
+
+
+POLICY_NAMES = ("fixed", "heuristic", "confidence", "theory", "positional")
 
 
 def parse_gamma_policy(spec: str | None, **theory_kwargs):
@@ -309,8 +367,10 @@ def parse_gamma_policy(spec: str | None, **theory_kwargs):
 
     Args:
       spec: "fixed" (or None / ""): None, the fixed-γ path; "heuristic"; "confidence" or
-        "confidence:THRESHOLD"; "theory" or "theory:C" (C the draft/target step-cost ratio).
-      **theory_kwargs: extra `TheoryGamma` fields (measured `target_costs`, `c`).
+        "confidence:THRESHOLD"; "theory" or "theory:C" (C the draft/target step-cost ratio);
+        "positional" or "positional:C" (`PositionalGamma`).
+      **theory_kwargs: extra `TheoryGamma` / `PositionalGamma` fields (measured
+        `target_costs`, `c`).
 
     Returns:
       a policy, or None.
@@ -330,10 +390,10 @@ def parse_gamma_policy(spec: str | None, **theory_kwargs):
         return HeuristicGamma()
     if name == "confidence":
         return ConfidenceGamma() if value is None else ConfidenceGamma(threshold=value)
-    if name == "theory":
+    if name in ("theory", "positional"):
         if value is not None:
             theory_kwargs["c"] = value
-        return TheoryGamma(**theory_kwargs)
+        return (TheoryGamma if name == "theory" else PositionalGamma)(**theory_kwargs)
     if arg:
         raise ValueError(f"gamma_policy={spec!r}: 'fixed' takes no argument")
     return None
