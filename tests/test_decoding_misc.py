@@ -21,7 +21,14 @@ from decoding_setup import (
     target_params,
 )
 
-from specjax.decoding import AutoregressiveDecoder, SpeculativeDecoder, loop, make_warper
+from specjax.decoding import (
+    AutoregressiveDecoder,
+    LookupTreeDrafter,
+    SpeculativeDecoder,
+    TokenTree,
+    loop,
+    make_warper,
+)
 from specjax.models import NgramLM, TransformerConfig, TransformerLM
 
 KEY = jax.random.PRNGKey(7)
@@ -287,6 +294,8 @@ def test_bad_prompts_and_budgets_raise_naming_the_argument(ar, spec):
         ([np.array([1, 2])], 0, ValueError, "max_new_tokens must be >= 1"),
         ([np.array([1, 2])], -3, ValueError, "max_new_tokens must be >= 1"),
         ([np.array([1, 2])], 2.5, TypeError, "max_new_tokens must be an integer"),
+        ([np.array([1, 2])], None, TypeError, "max_new_tokens must be an integer"),
+        ([np.array([1, 2])], "4", TypeError, "max_new_tokens must be an integer"),
         # Real lengths count, not the 64-token bucket: 61 + 4 (+ 4 lookahead) > 64.
         ([np.arange(61) % V], 4, ValueError, "exceeds cache_len=64"),
         ([np.array([1, 2])], 63, ValueError, "max_new_tokens"),  # 2 + 63 > 64
@@ -295,6 +304,16 @@ def test_bad_prompts_and_budgets_raise_naming_the_argument(ar, spec):
         for call in both(prompts, max_new):
             with pytest.raises(error, match=match):
                 call()
+    # The key: one JAX PRNG key (raw or typed), named when it is not.
+    for key, error, match in (
+        (0, TypeError, "key must be a JAX PRNG key"),
+        (None, TypeError, "key must be a JAX PRNG key"),
+        (jax.random.split(KEY, 2), ValueError, "key must be one PRNG key"),
+    ):
+        with pytest.raises(error, match=match):
+            ar.generate(params, [np.array([1, 2])], key, 4)
+        with pytest.raises(error, match=match):
+            decoder.generate(params, draft_params, [np.array([1, 2])], key, 4)
     # The speculative decoder reserves gamma positions of lookahead; the autoregressive does not.
     ar.generate(params, list(PROMPTS), KEY, CACHE_LEN - 16)
     with pytest.raises(ValueError, match=r"gamma lookahead \(4\)"):
@@ -358,6 +377,14 @@ def test_bad_decoder_construction_raises():
         SpeculativeDecoder(TARGET, SMALL_DRAFT, 0, SAMPLING)
     with pytest.raises(ValueError, match="gamma must be an integer >= 1"):
         SpeculativeDecoder(TARGET, SMALL_DRAFT, 2.0, SAMPLING)
+    # A numpy integer is an integer: the same decoder (and compiled program) as the Python int.
+    numpy_gamma = SpeculativeDecoder(TARGET, SMALL_DRAFT, np.int64(2), SAMPLING)
+    assert numpy_gamma == SpeculativeDecoder(TARGET, SMALL_DRAFT, 2, SAMPLING)
+    assert type(numpy_gamma.gamma) is int
+    # A tree drafter in a chain decoder would have its tree verified as one chain.
+    tree = TokenTree.from_branching((2, 1))
+    with pytest.raises(TypeError, match="drafts a token tree.*TreeSpeculativeDecoder"):
+        SpeculativeDecoder(TARGET, LookupTreeDrafter(V, tree), 2, SAMPLING)
     with pytest.raises(ValueError, match="vocab mismatch"):
         SpeculativeDecoder(TARGET, NgramLM(V + 1), 2, SAMPLING)
     with pytest.raises(TypeError, match="warper"):

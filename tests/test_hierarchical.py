@@ -20,7 +20,13 @@ from decoding_setup import (
     target_params,
 )
 
-from specjax.decoding import LossyRuleWarning, SpeculativeDecoder, SpeculativeDrafter, loop
+from specjax.decoding import (
+    LookupDrafter,
+    LossyRuleWarning,
+    SpeculativeDecoder,
+    SpeculativeDrafter,
+    loop,
+)
 from specjax.decoding.rules import accept_rule
 from specjax.models import NgramLM, TransformerConfig, TransformerLM
 
@@ -151,6 +157,22 @@ OTHER_VOCAB = TransformerLM(
 def test_bad_arguments_raise_naming_the_argument(build, error, match):
     with pytest.raises(error, match=match):
         build()
+
+
+def test_a_parameter_free_bottom_level_takes_empty_params(ar_tokens):
+    """TARGET <- noisy TARGET <- prompt lookup: the lookup's slot takes {} (or None), as a
+    parameter-free draft does on its own; wrong counts and slots are named."""
+    middle, middle_params = drafts()["noisy_self"]
+    decoder = _level(TARGET, _level(middle, LookupDrafter(V), 2), OUTER_GAMMA)
+    assert as_lists(_generate(decoder, (middle_params, {}))) == ar_tokens
+    inner = decoder.models[1]
+    assert inner.params_mismatch((middle_params, None)) is None
+    assert "not 2" in inner.params_mismatch((middle_params,))
+    assert "not a tuple of 2" in inner.params_mismatch(middle_params)
+    small_params = drafts()["transformer"][1]
+    assert inner.params_mismatch((small_params, {})).startswith("at [0] (for TransformerLM)")
+    with pytest.raises(ValueError, match=r"draft_params .*at \[0\]"):
+        _generate(decoder, (small_params, {}))
 
 
 def test_swapped_level_params_are_named(results):

@@ -276,6 +276,13 @@ def test_learned_positions_vs_rope_parameters():
     with pytest.raises(ValueError, match="max_len"):
         TransformerLM(GPT2).init_state(1, 33)
     TransformerLM(LLAMA).init_state(1, 64)  # RoPE has no table: any cache length works
+    # A table shorter than the cache that initialisation traces with still initialises, with
+    # the same values a longer table's model draws for its other parameters.
+    short = TransformerLM(dataclasses.replace(GPT2, max_len=4))
+    params = short.init_params(jax.random.PRNGKey(3))
+    assert params["pos_embed"].shape == (4, 32) and short.logical_axes()["pos_embed"] is not None
+    full = TransformerLM(GPT2).init_params(jax.random.PRNGKey(3))
+    np.testing.assert_array_equal(params["embed"]["embedding"], full["embed"]["embedding"])
 
 
 def test_tied_vs_untied_head():

@@ -17,6 +17,7 @@ import pytest
 from scipy import stats
 
 from specjax.decoding import Greedy, Temperature, TopK, TopP, Warper, make_warper, sample_from_probs
+from specjax.decoding.sampling import MIN_TEMPERATURE
 
 
 def _logits(weights) -> jax.Array:
@@ -257,6 +258,8 @@ def test_warper_is_a_jit_static_argument():
         ({"top_p": math.nan}, "top_p"),
         ({"temperature": True}, "temperature"),
         ({"top_p": True}, "top_p"),
+        ({"temperature": 1e-10}, r"temperature must be 0 \(greedy\) or >= 0.0001"),
+        ({"temperature": 9.9e-5}, r"temperature must be 0 \(greedy\) or >= 0.0001"),
     ],
 )
 def test_make_warper_rejects_invalid_settings(kwargs, match):
@@ -279,6 +282,21 @@ def test_make_warper_rejects_invalid_settings(kwargs, match):
 def test_warper_constructors_reject_invalid_settings(build, match):
     with pytest.raises(ValueError, match=match):
         build()
+
+
+def test_the_smallest_temperature_gives_finite_compiled_probabilities():
+    # Below MIN_TEMPERATURE compiled softmax overflows (XLA scales by 1/T in one fusion and
+    # divides by T in another): on these logits (|x| up to ~120), jit(probs) held NaN from
+    # T = 1e-8 down, at vocab 5 and 64 alike (measured; 1e-10 at |x| ~ 1). At the floor, four
+    # orders of magnitude above, they stay finite, sum to 1 and peak at the argmax, also at 10x
+    # the logits.
+    for vocab in (5, 64):
+        logits = 40.0 * jax.random.normal(jax.random.PRNGKey(vocab), (16, vocab))
+        for scale in (1.0, 10.0):
+            probs = jax.jit(make_warper(MIN_TEMPERATURE).probs)(scale * logits)
+            assert bool(jnp.all(jnp.isfinite(probs))), (vocab, scale)
+            np.testing.assert_array_equal(jnp.argmax(probs, -1), jnp.argmax(logits, -1))
+            np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-6)
 
 
 def test_make_warper_accepts_numpy_scalars():

@@ -307,6 +307,21 @@ def generate_jit(decoder, params, tokens, lengths, key, max_new_tokens, eos_id):
     return s.result()
 
 
+def check_key(key) -> None:
+    """Raises naming `key` unless it is one PRNG key (`jax.random.key` or `jax.random.PRNGKey`)."""
+    try:
+        data = jax.random.key_data(key)
+    except TypeError:
+        raise TypeError(
+            "key must be a JAX PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)); "
+            f"got {key!r}"
+        ) from None
+    if data.ndim != 1:
+        raise ValueError(
+            f"key must be one PRNG key, not an array of them (key data of shape {data.shape})"
+        )
+
+
 def generate(
     decoder: Decoder, params: tuple, prompts, key, max_new_tokens: int, eos_id: int | None = None
 ) -> GenerationResult:
@@ -324,6 +339,7 @@ def generate(
       GenerationResult with per-call statistics (`.summary()` for α, tokens/iteration).
     """
     runtime.check_process_settings()
+    check_key(key)
     tokens, lengths = prepare(decoder, prompts, max_new_tokens)
     params = check_decoder_params(decoder, params)
     result = generate_jit(
@@ -353,6 +369,7 @@ def stream(
       view: optional function (tokens, counts) -> what to yield instead.
     """
     runtime.check_process_settings()
+    check_key(key)
     tokens, lengths = prepare(decoder, prompts, max_new_tokens)
     params = check_decoder_params(decoder, params)
     s = init_jit(

@@ -89,7 +89,11 @@ def check_capacity(
         None: cache_len could be raised without bound.
       limited_by: which model has that limit ("target", "draft", "model").
     """
-    if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens:
+    try:
+        whole = not isinstance(max_new_tokens, bool) and int(max_new_tokens) == max_new_tokens
+    except (TypeError, ValueError):  # None, a string, an array of several
+        whole = False
+    if not whole:
         raise TypeError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")

@@ -25,6 +25,11 @@ from specjax.decoding.argmax import first_argmax
 from specjax.decoding.categorical import sample_from_probs  # re-exported: the shared sampler
 
 _NEG_INF = -jnp.inf
+# The smallest positive temperature. Compiled code may scale logits by 1/T in one fusion and
+# divide by T in another; the two differ by about an ulp of logits / T, which softmax's exp
+# turns into overflow (NaN probabilities, silently wrong tokens) once |logits| / T passes
+# ~7e8 (T = 1e-10 at logits ~5 did). At T >= 1e-4 that needs |logits| > ~7e4.
+MIN_TEMPERATURE = 1e-4
 
 
 def _is_real(x) -> bool:
@@ -64,6 +69,12 @@ class Temperature:
             raise ValueError(
                 f"temperature must be a finite number > 0 for Temperature (got {t!r}); "
                 "use temperature=0 in make_warper for greedy decoding"
+            )
+        if t < MIN_TEMPERATURE:
+            raise ValueError(
+                f"temperature must be 0 (greedy) or >= {MIN_TEMPERATURE:g} (got {t!r}): below "
+                "that, float32 logits / temperature overflow softmax in compiled code (NaN "
+                "probabilities); use temperature=0 for greedy decoding"
             )
 
     def __call__(self, logits: jax.Array) -> jax.Array:
@@ -232,7 +243,8 @@ def make_warper(temperature: float = 1.0, top_k: int | None = None, top_p: float
     """Builds the standard chain: temperature (0 = greedy), then top-k, then top-p.
 
     Args:
-      temperature: >= 0; 0 selects greedy decoding (top_k/top_p are then irrelevant).
+      temperature: 0 selects greedy decoding (top_k/top_p are then irrelevant); else
+        >= `MIN_TEMPERATURE` (1e-4).
       top_k: None or 0 disables; else an integer >= 1.
       top_p: in (0, 1]; 1 disables.
 

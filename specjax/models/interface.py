@@ -210,8 +210,12 @@ def params_mismatch(model, params) -> str | None:
 
     Compares the tree of parameter paths and shapes with `expected_params(model)` on the host
     (dtypes are free: bfloat16 weights fit a float32 model). Models that cannot say what they
-    expect are never flagged.
+    expect are never flagged. A model made of several (a hierarchy's inner models) checks
+    itself through its own `params_mismatch(params)` method.
     """
+    own = getattr(model, "params_mismatch", None)
+    if callable(own):
+        return own(params)
     try:
         layout = _expected_layout(model)
     except TypeError:  # an unhashable model: not one the decoders take (they jit on it)

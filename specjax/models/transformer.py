@@ -158,7 +158,7 @@ class TransformerLM(ApplyFromForward):
         Called eagerly, it runs as one jitted program (`interface.init_params`), not op by op."""
         if checks.is_concrete(key):
             return init_params(self, key)
-        cache = self.init_state(1, 8)
+        cache = self.init_state(1, min(8, self.config.max_len))  # any cache: shapes only
         variables = self.module.init(
             key, jnp.zeros((1, 1), jnp.int32), jnp.ones((1,), jnp.int32), cache
         )
@@ -166,7 +166,7 @@ class TransformerLM(ApplyFromForward):
 
     def logical_axes(self) -> dict:
         """A pytree like the params holding each parameter's logical axis names (PartitionSpec)."""
-        cache = self.init_state(1, 8)
+        cache = self.init_state(1, min(8, self.config.max_len))  # any cache: shapes only
         abstract = jax.eval_shape(
             lambda: self.module.init(
                 jax.random.PRNGKey(0),

@@ -27,6 +27,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from specjax.decoding import loop, rules
@@ -308,9 +309,16 @@ class SpeculativeDecoder(SpeculativeSteps):
             check_vocab(self.target, self.draft)
         else:
             check_pair(self.target, self.draft)
-        if isinstance(self.gamma, bool) or not isinstance(self.gamma, int) or self.gamma < 1:
+        if getattr(self.draft, "tree", None) is not None:
+            raise TypeError(
+                f"draft {type(self.draft).__name__} drafts a token tree, which a chain decoder "
+                "would verify as one chain: use TreeSpeculativeDecoder(target, draft, tree, warper)"
+            )
+        gamma = self.gamma
+        if isinstance(gamma, bool) or not isinstance(gamma, int | np.integer) or gamma < 1:
             what = "gamma" if self.gamma_policy is None else "gamma (gamma_max of gamma_policy)"
-            raise ValueError(f"{what} must be an integer >= 1, got {self.gamma!r}")
+            raise ValueError(f"{what} must be an integer >= 1, got {gamma!r}")
+        object.__setattr__(self, "gamma", int(gamma))  # a numpy integer becomes a Python one
         if self.gamma_policy is not None:
             check_policy(self.gamma_policy, self.gamma)
         if not isinstance(self.warper, Warper):

@@ -387,6 +387,8 @@ def parse_gamma_policy(spec: str | None, **theory_kwargs):
     except ValueError:
         raise ValueError(f"gamma_policy={spec!r}: {arg!r} is not a number") from None
     if name == "heuristic":
+        if arg:
+            raise ValueError(f"gamma_policy={spec!r}: 'heuristic' takes no argument")
         return HeuristicGamma()
     if name == "confidence":
         return ConfidenceGamma() if value is None else ConfidenceGamma(threshold=value)

@@ -61,7 +61,7 @@ import jax.numpy as jnp
 from specjax.decoding.drafters.base import Proposal, Verdict
 from specjax.decoding.loop import LoopState
 from specjax.decoding.state import Sequences
-from specjax.models.interface import expected_params, position_limit
+from specjax.models.interface import expected_params, params_mismatch, position_limit
 from specjax.models.kv_cache import write_rows
 
 
@@ -86,6 +86,26 @@ class InnerModels:
 
     def abstract_params(self):
         return tuple(expected_params(m) for m in self.models)
+
+    def params_mismatch(self, params) -> str | None:
+        """Why `params` (one pytree per inner model) do not fit, model by model, or None.
+
+        Each inner model is checked on its own, so a parameter-free one (prompt lookup, whose
+        params are unknown) takes `{}` or None, as it does outside a hierarchy.
+        """
+        n = len(self.models)
+        if not isinstance(params, tuple | list):
+            return (
+                f"are a {type(params).__name__}, not a tuple of {n} params pytrees (one per "
+                "inner model, middle first)"
+            )
+        if len(params) != n:
+            return f"are {len(params)} pytrees, not {n} (one per inner model, middle first)"
+        for i, (model, tree) in enumerate(zip(self.models, params, strict=True)):
+            why = params_mismatch(model, tree)
+            if why is not None:
+                return f"at [{i}] (for {type(model).__name__}) {why}"
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
