@@ -309,11 +309,12 @@ class PositionalGamma(TheoryGamma):
 
     The i.i.d. model prices the k-th draft at α̂^k. Drafts whose acceptances are correlated
     along a proposal break it: prompt lookup's first token is often wrong (a stale match), but
-    once it is right the copied continuation tends to stay right, so the i.i.d. α̂ (low) keeps
-    γ short where long proposals pay. This policy keeps, per row and draft position i, how
-    often position i was reached (drafted, with every draft before it accepted) and accepted,
-    estimates the survival s_i = P(draft i accepted | drafts 1..i-1 accepted) from them (each
-    with `prior_strength` pseudo-observations at `prior_alpha`; `decay` forgets), and picks
+    once it is right the copied continuation tends to stay right, so the i.i.d. α̂ (low) can
+    price a long proposal's later tokens too low. This policy keeps, per row and draft position
+    i, how often position i was reached (drafted, with every draft before it accepted) and
+    accepted, estimates the survival s_i = P(draft i accepted | drafts 1..i-1 accepted) from
+    them (each with `prior_strength` pseudo-observations at `prior_alpha`; `decay` forgets),
+    and picks
 
         γ_t = argmax_γ (1 + Σ_{k<=γ} Π_{i<=k} s_i) / cost(γ),
 
