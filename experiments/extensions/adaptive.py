@@ -32,12 +32,11 @@ from specjax.benchmark.timing import interleaved, time_call
 from specjax.data import ByteTokenizer, load_corpus
 from specjax.data.batches import sample_prompts
 from specjax.decoding import (
+    COST_MODEL_POLICIES,
     ConfidenceGamma,
     FixedGamma,
     HeuristicGamma,
-    PositionalGamma,
     SpeculativeDecoder,
-    TheoryGamma,
     make_warper,
     summarize_stats,
 )
@@ -53,7 +52,7 @@ def _models(c, workdir: str, log):
 
 
 # Policies whose iteration costs are fixed-γ decoders' measured seconds per iteration.
-LOOP_CALIBRATED = ("theory_loop", "positional_loop")
+LOOP_CALIBRATED = {f"{name}_loop": policy for name, policy in COST_MODEL_POLICIES.items()}
 
 
 def policy_of(name: str, t_target: dict, t_draft: float, iteration_costs=None):
@@ -62,8 +61,7 @@ def policy_of(name: str, t_target: dict, t_draft: float, iteration_costs=None):
     if plus and widths != "auto":
         raise ValueError(f"policies: unknown suffix +{widths!r} (only +auto)")
     if name in LOOP_CALIBRATED:
-        policy = TheoryGamma if name == "theory_loop" else PositionalGamma
-        return policy.from_iteration_costs(iteration_costs), widths or "static"
+        return LOOP_CALIBRATED[name].from_iteration_costs(iteration_costs), widths or "static"
     policy = _policy_only(name, t_target, t_draft, static=not plus)
     return policy, widths or "static"
 
@@ -79,9 +77,8 @@ def _policy_only(name: str, t_target: dict, t_draft: float, static: bool):
     if name.startswith("confidence"):
         _, _, threshold = name.partition(":")
         return ConfidenceGamma(float(threshold) if threshold else 0.4)
-    if name in ("theory", "positional"):
-        policy = TheoryGamma if name == "theory" else PositionalGamma
-        return policy.from_costs(t_target, t_draft, static_verify=static)
+    if name in COST_MODEL_POLICIES:
+        return COST_MODEL_POLICIES[name].from_costs(t_target, t_draft, static_verify=static)
     if name == "fixed_via_adaptive":
         return FixedGamma()
     raise ValueError(f"policies: unknown policy {name!r}")

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from specjax.benchmark import costs
 from specjax.decoding import (
+    COST_MODEL_POLICIES,
     LookupTreeDrafter,
-    PositionalGamma,
     SpeculativeDecoder,
-    TheoryGamma,
     TreeSpeculativeDecoder,
     parse_gamma_policy,
 )
@@ -27,13 +26,12 @@ def build_gamma_policy(config, target=None, target_params=None, draft=None):
     needs the models (target, target_params, draft = (draft_model, draft_params)).
     """
     spec = config.get("gamma_policy", "fixed")
-    if spec in ("theory", "positional") and target is not None and draft is not None:
+    if spec in COST_MODEL_POLICIES and target is not None and draft is not None:
         draft_model, draft_params = draft
         where = dict(batch=1, context=min(64, config.cache_len // 2), cache_len=config.cache_len)
         t_target = costs.cost_curve(target, target_params, config.gamma + 1, **where)
         t_draft = costs.call_cost(draft_model, draft_params, 1, **where).median
-        policy = TheoryGamma if spec == "theory" else PositionalGamma
-        return policy.from_costs(t_target, t_draft)
+        return COST_MODEL_POLICIES[spec].from_costs(t_target, t_draft)
     return parse_gamma_policy(spec)
 
 

@@ -56,6 +56,7 @@ from specjax.decoding.drafters.adaptive import AdaptiveDrafter
 from specjax.decoding.drafters.base import Drafter, Proposal, Verdict, reads_features
 from specjax.decoding.drafters.eagle import EagleDrafter
 from specjax.decoding.drafters.gamma_policy import (
+    COST_MODEL_POLICIES,
     ConfidenceGamma,
     FixedGamma,
     HeuristicGamma,
@@ -102,6 +103,7 @@ from specjax.decoding.trees.traced import TracedTree
 __all__ = [
     "AdaptiveDrafter",
     "TruncatedDrafter",
+    "COST_MODEL_POLICIES",
     "ConfidenceGamma",
     "FixedGamma",
     "HeuristicGamma",

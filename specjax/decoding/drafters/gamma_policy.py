@@ -360,7 +360,10 @@ class PositionalGamma(TheoryGamma):
         )
 
 
-POLICY_NAMES = ("fixed", "heuristic", "confidence", "theory", "positional")
+# The policies that model the trade-off from measured costs, by name (`from_costs`,
+# `from_iteration_costs`): one place for the parser, generate mode and the experiments.
+COST_MODEL_POLICIES = {"theory": TheoryGamma, "positional": PositionalGamma}
+POLICY_NAMES = ("fixed", "heuristic", "confidence", *COST_MODEL_POLICIES)
 
 
 def parse_gamma_policy(spec: str | None, **theory_kwargs):
@@ -393,10 +396,10 @@ def parse_gamma_policy(spec: str | None, **theory_kwargs):
         return HeuristicGamma()
     if name == "confidence":
         return ConfidenceGamma() if value is None else ConfidenceGamma(threshold=value)
-    if name in ("theory", "positional"):
+    if name in COST_MODEL_POLICIES:
         if value is not None:
             theory_kwargs["c"] = value
-        return (TheoryGamma if name == "theory" else PositionalGamma)(**theory_kwargs)
+        return COST_MODEL_POLICIES[name](**theory_kwargs)
     if arg:
         raise ValueError(f"gamma_policy={spec!r}: 'fixed' takes no argument")
     return None
