@@ -109,6 +109,31 @@ def test_a_causal_mask_is_not_training_time_test():
     assert float(jnp.abs(bad[2][:, 3:] - good[2][:, 3:]).max()) > 1e-3
 
 
+def test_ttt_differentiates_through_a_blockwise_head():
+    """Training-time test fills a buffer of steps x width slots, more than two blocks of a
+    "blockwise" head (CPU's "auto"), whose traced-bound loop reverse mode cannot go through.
+    The passes score the buffer with "xla" instead: the gradient exists, and outputs and
+    gradient equal an "xla" head's with the same params. (Before, training an EAGLE-3 head
+    for SmolLM2 on the CPU failed here: 7 passes x 255 slots.)"""
+    target, tp, _, hp = _head()
+    blockwise = target.config.replace(num_layers=1, matmul="xla", attention="blockwise",
+                                      attention_block=4)  # fmt: skip
+    head = EagleHead(target, config=blockwise, feature_layers=LAYERS)
+    plain = EagleHead(target, config=blockwise.replace(attention="xla"), feature_layers=LAYERS)
+    tokens = jax.random.randint(jax.random.PRNGKey(5), (2, 12), 1, 23)
+    layers = _layer_features(target, tp, tokens, jnp.full((2,), 12))  # buffer 3 x 11 > 8 slots
+
+    def total(h, p):
+        return sum(o.sum() for o in eagle3.ttt_outputs(h, p, tp, layers, tokens, 3))
+
+    grads = jax.grad(lambda p: total(head, p))(hp)
+    want = jax.grad(lambda p: total(plain, p))(hp)
+    assert float(total(head, hp)) == float(total(plain, hp))
+    for g, w in zip(jax.tree.leaves(grads), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(g, w)
+    assert any(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(grads))
+
+
 def test_the_drafter_holds_the_layer_features():
     target, tp, head, hp = _head(vocab=11)
     dec = SpeculativeDecoder(target, head, 3, T1, cache_len=32)

@@ -23,6 +23,8 @@ outputs are not asked to equal a target feature. No input noise (EAGLE-3 drops i
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -59,6 +61,10 @@ def ttt_outputs(head, head_params, target_params, layers, tokens, steps: int) ->
     """
     batch, seq, _ = layers.shape
     width = seq - 1
+    # The passes fill the whole buffer, so "blockwise" would skip nothing, and its loop has a
+    # traced trip count, which reverse mode cannot differentiate: score the buffer with "xla"
+    # (the same function; the params do not depend on the implementation).
+    head = dataclasses.replace(head, config=head.config.replace(attention="xla"))
     inputs = head.fuse_features(head_params, layers[:, :-1])  # [B, T, embed]
     embeds = head.target.embed(target_params, tokens[:, 1:])  # x_{t+1}
     cache = head.init_state(batch, steps * width)
