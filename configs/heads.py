@@ -32,7 +32,11 @@ String options after the colon (comma-separated):
     tiny              the CI-sized variant (a random tiny target, seconds)
     steps=N           training steps
     prompts=N         training prompts (data size; a new value builds new data)
-    draft_vocab=N     the head's draft vocabulary: the N most frequent training tokens (0: all)
+    draft_vocab=N     the head's draft vocabulary: the N most frequent training tokens (0: all,
+                      through the target's output layer; its cross-entropy still covers
+                      `train.ce_vocab` columns, 8,192 by default: add
+                      --config.train.ce_vocab=0 to train on all of them, as the H200 sweep
+                      of experiments/real/RESULTS.md did)
     ttt=N             EAGLE-3's training-time-test passes (default 7, EAGLE-3's; tiny: 3)
 Any field can also be set with `--config.<field>=...` flags.
 """
