@@ -62,12 +62,12 @@ def _load() -> str | None:
 
 def status() -> str:
     """One line: which implementation packed models use in this process, and why."""
+    backend = jax.default_backend()
+    if backend != "cpu":  # whether the library loads does not matter there
+        return f"XLA reference (the kernels are CPU-only; the default backend is {backend})"
     why = _load()
     if why is not None:
         return f"XLA reference ({why})"
-    backend = jax.default_backend()
-    if backend != "cpu":
-        return f"XLA reference (the kernels are CPU-only; the default backend is {backend})"
     return "specjax CPU kernels (jax.ffi)"
 
 
