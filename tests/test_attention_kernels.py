@@ -4,12 +4,15 @@ Kernel level (`specjax.models.attention_kernels`) for prefill, one-token decode,
 verification, a random token-tree mask, ragged rows, MHA/GQA/MQA, block sizes that do not divide
 the buffer and a row at cache length 0; model level for learned positions (GPT-2) and RoPE
 (Llama, GQA), bf16 included; the blockwise loop's trip count is traced (no recompilation as the
-sequence grows); config validation.
+sequence grows), and its derivatives (its custom JVP) equal xla's under jit, never read stale
+slots, and vanish on a query row that sees nothing; config validation.
 
 Tolerances: the largest |blockwise - xla| and |dot_product_attention - xla| measured over these
 cases (kernels with seeds 0-2) was 1.7e-6 for float32 kernel outputs (values up to ~3), 1.2e-6 for
 float32 model logits (up to ~2) and 0.0195 for bf16 model logits against bf16 "xla" (about one
-bf16 ulp at 2); the bounds below are at least twice those.
+bf16 ulp at 2); the bounds below are at least twice those. Blockwise's gradients against xla's
+(q, k and v; the four differentiated cases with seeds 0-3, under jit): 0 apart, as its rule is
+xla's derivative; they are held to KERNEL_TOL all the same.
 """
 
 import jax
@@ -142,6 +145,80 @@ def test_blockwise_is_differentiable_on_full_buffer_calls():
     ]
     np.testing.assert_allclose(grads[0], grads[1], atol=KERNEL_TOL, rtol=0)
     assert np.abs(np.asarray(grads[1])).max() > 0
+
+
+def _weighted_loss(fn, mask, lengths, seed=7):
+    """(q, k, v) -> sum(w * attention): its gradient is attention's VJP of a fixed random w."""
+
+    def loss(q, k, v):
+        out = fn(q, k, v, mask, lengths)
+        w = jax.random.normal(jax.random.PRNGKey(seed), out.shape, out.dtype)
+        return (w * out).sum()
+
+    return loss
+
+
+@pytest.mark.parametrize("case", ["decode", "verify_gamma4", "ragged_mha", "tree"])
+def test_blockwise_is_differentiable_on_partial_buffers(case):
+    # T < max_len and more than two blocks: the traced-bound loop, which reverse mode cannot go
+    # through (before its custom JVP, jax.grad raised here). Its derivatives are xla's, in
+    # reverse and forward mode, for q, k and v.
+    if case == "tree":
+        q, k, v, mask, lengths = _inputs([3, 41], 9, 2, 2, seed=1, tree=True)
+    else:
+        starts, t, kv, group = CASES[case]
+        q, k, v, mask, lengths = _inputs(starts, t, kv, group, seed=3)
+    grads = [
+        jax.jit(jax.grad(_weighted_loss(fn, mask, lengths), argnums=(0, 1, 2)))(q, k, v)
+        for fn in (OTHERS["blockwise"], ak.xla_attention)
+    ]
+    for got, want, name in zip(*grads, "qkv", strict=True):
+        assert np.abs(np.asarray(want)).max() > 0.1, name
+        np.testing.assert_allclose(got, want, atol=KERNEL_TOL, rtol=0, err_msg=name)
+    tangents = tuple(
+        jax.random.normal(jax.random.PRNGKey(i), x.shape) for i, x in enumerate((q, k, v))
+    )
+    jvps = [
+        jax.jvp(lambda q, k, v, fn=fn: fn(q, k, v, mask, lengths), (q, k, v), tangents)[1]
+        for fn in (OTHERS["blockwise"], ak.xla_attention)
+    ]
+    np.testing.assert_allclose(jvps[0], jvps[1], atol=KERNEL_TOL, rtol=0)
+
+
+def test_blockwise_gradient_ignores_stale_slots():
+    # NaN in every slot past the longest row (23 live slots) and in row 0's slots past its own
+    # 8: the output never reads them, nor may the gradient. Control: xla's gradient does.
+    q, k, v, mask, lengths = _inputs([5, 20], 3, 2, 2)
+    slot = jnp.arange(MAX_LEN)[None, :, None, None]
+    stale = (slot >= lengths[:, None, None, None]) & (slot != 0)
+    k_nan, v_nan = (jnp.where(stale, jnp.nan, x) for x in (k, v))
+    blockwise = _weighted_loss(OTHERS["blockwise"], mask, lengths)
+    grad = jax.jit(jax.grad(blockwise, argnums=(0, 1, 2)))  # traced lengths, as in training
+    got, want = grad(q, k_nan, v_nan), grad(q, k, v)
+    for g, w, name in zip(got, want, "qkv", strict=True):
+        assert np.isfinite(np.asarray(g)).all(), name
+        np.testing.assert_allclose(g, w, atol=KERNEL_TOL, rtol=0, err_msg=name)
+    assert not np.asarray(got[1])[np.asarray(stale[..., 0, 0])].any()  # no gradient into them
+    control = jax.grad(_weighted_loss(ak.xla_attention, mask, lengths))(q, k_nan, v_nan)
+    assert np.isnan(np.asarray(control)).any()
+
+
+def test_blockwise_row_that_sees_nothing_has_zero_output_and_gradient():
+    # Row 1's second query sees no slot: blockwise's output there is 0 whatever q, k, v, so its
+    # derivative is 0 too (xla's uniform average over the buffer is not: the control).
+    q, k, v, mask, lengths = _inputs([0, 50], 2, 2, 2)
+    mask = mask.at[1, 1, :].set(False)
+    out = OTHERS["blockwise"](q, k, v, mask, lengths)
+    assert not np.asarray(out[1, 1]).any()
+    w = jnp.zeros(out.shape).at[1, 1].set(1.0)  # a loss that reads only that row
+
+    def loss(fn):
+        return lambda q, k, v: (w * fn(q, k, v, mask, lengths)).sum()
+
+    got = jax.jit(jax.grad(loss(OTHERS["blockwise"]), argnums=(0, 1, 2)))(q, k, v)
+    assert not any(np.asarray(g).any() for g in got)
+    control = jax.grad(loss(ak.xla_attention), argnums=2)(q, k, v)
+    assert np.abs(np.asarray(control)).max() > 0
 
 
 def test_blockwise_trip_count_is_traced():

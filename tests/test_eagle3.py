@@ -111,10 +111,11 @@ def test_a_causal_mask_is_not_training_time_test():
 
 def test_ttt_differentiates_through_a_blockwise_head():
     """Training-time test fills a buffer of steps x width slots, more than two blocks of a
-    "blockwise" head (CPU's "auto"), whose traced-bound loop reverse mode cannot go through.
-    The passes score the buffer with "xla" instead: the gradient exists, and outputs and
-    gradient equal an "xla" head's with the same params. (Before, training an EAGLE-3 head
-    for SmolLM2 on the CPU failed here: 7 passes x 255 slots.)"""
+    "blockwise" head (CPU's "auto"). The passes score the buffer with "xla" (blockwise's own
+    derivative is xla's, after a forward loop the passes do not need): the gradient exists,
+    and outputs and gradient equal an "xla" head's with the same params. (Once, training an
+    EAGLE-3 head for SmolLM2 on the CPU failed here, 7 passes x 255 slots, before blockwise
+    attention had a derivative under jit.)"""
     target, tp, _, hp = _head()
     blockwise = target.config.replace(num_layers=1, matmul="xla", attention="blockwise",
                                       attention_block=4)  # fmt: skip

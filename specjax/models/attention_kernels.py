@@ -28,6 +28,8 @@ itself) gets "xla"'s uniform average over the buffer, zeros from "blockwise"; ne
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -80,15 +82,27 @@ def blockwise_attention(q, cache_k, cache_v, mask, lengths, *, block: int = 128)
     A buffer of at most two blocks takes `xla_attention`: there is little to skip, and the loop's
     fixed cost showed (1.35M-param model, cache 256, block 128: 1.26x the xla step in CPU time,
     experiments/speed/ATTENTION.md). So does a call that fills the whole buffer (T == max_len,
-    e.g. `sequence_logits` in training): nothing to skip, and it keeps training differentiable
-    (reverse mode cannot go through a traced-bound loop).
+    e.g. `sequence_logits` in training): nothing to skip.
+
+    Differentiable in forward and reverse mode (`jax.custom_jvp`): reverse mode cannot go
+    through a traced-bound loop, so derivatives are those of `xla_attention` at the same inputs,
+    which reads the whole buffer. Slots no query of a row sees are zeroed there first, so stale
+    entries (even NaN) past the live slots reach no gradient, as they reach no output; a query
+    row that sees no slot has output 0 and derivative 0.
     """
-    batch, t, kv, group, hd = q.shape
-    max_len = cache_k.shape[1]
     if block < 1:
         raise ValueError(f"block must be >= 1, got {block}")
+    max_len, t = cache_k.shape[1], q.shape[1]
     if max_len <= 2 * block or t >= max_len:
         return xla_attention(q, cache_k, cache_v, mask)
+    return _blockwise(block, q, cache_k, cache_v, mask, lengths)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _blockwise(block, q, cache_k, cache_v, mask, lengths):
+    """The online-softmax loop of `blockwise_attention` (buffers of more than two blocks)."""
+    batch, t, kv, group, hd = q.shape
+    max_len = cache_k.shape[1]
     num_blocks = -(-jnp.max(lengths).astype(jnp.int32) // block)  # traced trip count
     num_blocks = jnp.minimum(num_blocks, -(-max_len // block))
     scale = _scale(hd)
@@ -133,6 +147,22 @@ def blockwise_attention(q, cache_k, cache_v, mask, lengths, *, block: int = 128)
     _, norm, acc = jax.lax.fori_loop(1, num_blocks, body, body(0, init))
     out = acc / jnp.where(norm > 0, norm, 1.0)[..., None]  # [batch, kv, group, T, head_dim]
     return out.transpose(0, 3, 1, 2, 4).astype(q.dtype)  # [batch, T, kv, group, head_dim]
+
+
+@_blockwise.defjvp
+def _blockwise_jvp(block, primals, tangents):
+    """The loop's output, with `xla_attention`'s tangent on the live slots (see the caller)."""
+    q, cache_k, cache_v, mask, lengths = primals
+    dq, dk, dv = tangents[:3]  # mask and lengths are integer: no tangent
+    out = _blockwise(block, q, cache_k, cache_v, mask, lengths)
+    live = mask.any(axis=1)[:, :, None, None]  # [batch, max_len, 1, 1] slots some query sees
+
+    def reference(q, k, v):
+        return xla_attention(q, jnp.where(live, k, 0), jnp.where(live, v, 0), mask)
+
+    _, d_out = jax.jvp(reference, (q, cache_k, cache_v), (dq, dk, dv))
+    sees = mask.any(axis=2)[:, :, None, None, None]  # [batch, T, 1, 1, 1] rows that see a slot
+    return out, jnp.where(sees, d_out, jnp.zeros_like(d_out))
 
 
 def dot_product_attention(q, cache_k, cache_v, mask, lengths=None):

@@ -61,10 +61,10 @@ def ttt_outputs(head, head_params, target_params, layers, tokens, steps: int) ->
     """
     batch, seq, _ = layers.shape
     width = seq - 1
-    # Pass k reads (k + 1) x width of the steps x width slots, more than two blocks of a
-    # "blockwise" head (CPU's "auto"), whose loop has a traced trip count that reverse mode
-    # cannot differentiate. Training scores the buffer with "xla" instead: the same function,
-    # and the params do not depend on the implementation (decoding keeps the head's own).
+    # Pass k reads (k + 1) x width of the steps x width slots. Training scores the buffer with
+    # "xla", not a "blockwise" head's loop (CPU's "auto"): blockwise's derivative is xla's over
+    # the whole buffer anyway (its custom JVP), so its forward loop would only add work. The
+    # same function; the params do not depend on the implementation (decoding keeps the head's).
     head = dataclasses.replace(head, config=head.config.replace(attention="xla"))
     inputs = head.fuse_features(head_params, layers[:, :-1])  # [B, T, embed]
     embeds = head.target.embed(target_params, tokens[:, 1:])  # x_{t+1}
