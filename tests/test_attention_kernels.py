@@ -190,7 +190,7 @@ def test_blockwise_gradient_ignores_stale_slots():
     # 8: the output never reads them, nor may the gradient. Control: xla's gradient does.
     q, k, v, mask, lengths = _inputs([5, 20], 3, 2, 2)
     slot = jnp.arange(MAX_LEN)[None, :, None, None]
-    stale = (slot >= lengths[:, None, None, None]) & (slot != 0)
+    stale = slot >= lengths[:, None, None, None]  # [batch, max_len, 1, 1]
     k_nan, v_nan = (jnp.where(stale, jnp.nan, x) for x in (k, v))
     blockwise = _weighted_loss(OTHERS["blockwise"], mask, lengths)
     grad = jax.jit(jax.grad(blockwise, argnums=(0, 1, 2)))  # traced lengths, as in training
