@@ -253,16 +253,23 @@ def _lm(family, attention, dtype="float32"):
     return TransformerLM(cfg)
 
 
-def _model_outputs(family, attention, dtype):
-    """Logits of a ragged 20-token prefill (row 1 keeps 13) and a 5-token verification."""
+def _model_and_inputs(family, attention, dtype, prompt_len):
+    """A model with random params (the same for every attention), a [2, prompt_len] prompt and
+    a [2, 5] verification step."""
     lm = _lm(family, attention, dtype)
     params = jax.tree.map(
         lambda x: 0.3 * jax.random.normal(jax.random.PRNGKey(x.size), x.shape, x.dtype),
         lm.init_params(jax.random.PRNGKey(0)),
     )
     rng = np.random.default_rng(2)
-    prompt = jnp.asarray(rng.integers(0, 64, (2, 20)), jnp.int32)
+    prompt = jnp.asarray(rng.integers(0, 64, (2, prompt_len)), jnp.int32)
     step = jnp.asarray(rng.integers(0, 64, (2, 5)), jnp.int32)
+    return lm, params, prompt, step
+
+
+def _model_outputs(family, attention, dtype):
+    """Logits of a ragged 20-token prefill (row 1 keeps 13) and a 5-token verification."""
+    lm, params, prompt, step = _model_and_inputs(family, attention, dtype, 20)
     apply = jax.jit(lm.apply)
     state = lm.init_state(2, MAX_LEN)
     first, state = apply(params, state, prompt, jnp.array([20, 13], jnp.int32))
@@ -286,14 +293,7 @@ def test_models_equal_xla_prefill_then_verify(family, dtype):
 def _verification_grads(attention):
     """Gradient w.r.t. the params of a 5-token verification scored after a 40-token prefill
     (row 1 keeps 33): T < max_len, so blockwise attention runs its loop (70 > 2 x 16 slots)."""
-    lm = _lm("llama", attention)
-    params = jax.tree.map(
-        lambda x: 0.3 * jax.random.normal(jax.random.PRNGKey(x.size), x.shape, x.dtype),
-        lm.init_params(jax.random.PRNGKey(0)),
-    )
-    rng = np.random.default_rng(2)
-    prompt = jnp.asarray(rng.integers(0, 64, (2, 40)), jnp.int32)
-    step = jnp.asarray(rng.integers(0, 64, (2, 5)), jnp.int32)
+    lm, params, prompt, step = _model_and_inputs("llama", attention, "float32", 40)
     _, state = jax.jit(lm.apply)(
         params, lm.init_state(2, MAX_LEN), prompt, jnp.array([40, 33], jnp.int32)
     )

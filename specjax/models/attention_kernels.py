@@ -162,7 +162,7 @@ def _blockwise_jvp(block, primals, tangents):
 
     _, d_out = jax.jvp(reference, (q, cache_k, cache_v), (dq, dk, dv))
     sees = mask.any(axis=2)[:, :, None, None, None]  # [batch, T, 1, 1, 1] rows that see a slot
-    return out, jnp.where(sees, d_out, jnp.zeros_like(d_out))
+    return out, jnp.where(sees, d_out, 0)
 
 
 def dot_product_attention(q, cache_k, cache_v, mask, lengths=None):
