@@ -222,6 +222,15 @@ def _synthetic_results(low, high, tokens, ar_ms=(0.20, 0.22)):
     }
 
 
+def test_the_best_gamma_of_a_curve_is_its_fastest_row():
+    # The pipeline test runs one γ per curve, so the mark is checked here on two.
+    results = _synthetic_results(0.9, 1.4, (1.5, 1.75))
+    results["walltime"]["t0/bigram"][1]["speedup"] = 1.3
+    assert [r["best"] for r in report.table2_rows(results)] == [False, True]
+    results["walltime"]["t0/bigram"][0]["speedup"] = 1.4
+    assert [r["best"] for r in report.table2_rows(results)] == [True, False]
+
+
 def test_report_judges_rows_by_their_noise_and_the_held_out_alpha():
     """Intervals that contain 1.0 are marked, a loop prediction inside the interval agrees,
     and tokens/iteration is predicted from Table 3's α (0.5: 1.5 and 1.75 at γ = 1, 2)."""
