@@ -89,6 +89,8 @@ setup(
     ],
     extras_require={
         # nbclient, nbformat, ipykernel: tests/test_notebooks.py runs notebooks/*.ipynb.
+        # cmeel-mimalloc: the allocator the test session preloads into its workers (a 0.5 MB
+        # wheel of the shared library; tests/allocator.py says why and what it saved).
         "test": [
             "pytest>=8",
             "pytest-xdist>=3.5",
@@ -97,6 +99,7 @@ setup(
             "nbclient>=0.10",
             "nbformat>=5.9",
             "ipykernel>=6.25",
+            "cmeel-mimalloc>=3.4; sys_platform == 'linux'",
         ],
         # Hugging Face interop: torch is pinned to the CPU build the project is tested with;
         # accelerate is what transformers needs to load a GGUF file (the parity tests).
