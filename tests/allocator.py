@@ -6,9 +6,10 @@ and free (`_int_malloc`, `_int_free`, `malloc_consolidate`, `unlink_chunk`). The
 compile-bound, so the session preloads mimalloc (the `cmeel-mimalloc` wheel of the `[test]`
 extra ships it as a shared library) into the processes it starts: the xdist workers, the
 notebook kernels and every subprocess inherit `LD_PRELOAD` from the controller, which sets it
-before the workers start (tests/conftest.py). The controller itself, which compiles nothing,
-keeps glibc's allocator, and so does a `-n 0` run. Allocation changes no numerics: the decoding
-fixture is bit-identical either way. Measured: tests/TIMING.md.
+before the workers start (tests/conftest.py). The controller itself keeps glibc's allocator:
+it compiles nothing under xdist, and a `-n 0` run (one process) keeps glibc's for its tests,
+while the notebook kernels and subprocesses it starts get mimalloc. Allocation changes no
+numerics: the decoding fixture is bit-identical either way. Measured: tests/TIMING.md.
 
 Linux only (macOS has no LD_PRELOAD; the wheel has no Windows build). Set
 `SPECJAX_TEST_ALLOCATOR=system` to keep glibc's malloc everywhere.
