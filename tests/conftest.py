@@ -137,12 +137,13 @@ compiler and the LLVM under it allocate and free millions of small objects per p
 profile of decoder programs compiling put 16 % of the process in glibc's malloc and free. The
 controller puts the `[test]` extra's libmimalloc.so in LD_PRELOAD before the xdist workers
 start, so workers, notebook kernels and subprocesses allocate through it (the tests of a
-`-n 0` run, in the controller's own process, keep glibc's). Measured (2-core CPU, 2026-11-30/12-01, alternating): six decoder programs'
-backend compile on one core (`taskset -c 0`), nine pairs, mimalloc faster in all nine: median
-6.6 -> 5.4 s; the eight compile-bound files above at -n 2: 152 / 132 / 125 s against 173 / 165 /
-115 s (this host drifted by a third within those runs). Numerics do not depend on the
-allocator: the decoding fixture is bit-identical. Set `SPECJAX_TEST_ALLOCATOR=system` to keep
-glibc's malloc.
+`-n 0` run, in the controller's own process, keep glibc's). Measured (2-core CPU,
+2026-11-30/12-01, alternating): six decoder programs' backend compile on one core
+(`taskset -c 0`), nine pairs, mimalloc faster in all nine: median 6.6 -> 5.4 s; the eight
+compile-bound files above at -n 2: 152 / 132 / 125 s against 173 / 165 / 115 s (this host
+drifted by a third within those runs); fresh-clone CI runs (tests/TIMING.md) 1060 / 1143 s
+against 1252 / 1204 s. Numerics do not depend on the allocator: the decoding fixture is
+bit-identical. Set `SPECJAX_TEST_ALLOCATOR=system` to keep glibc's malloc.
 """
 
 import atexit
