@@ -1,23 +1,14 @@
-"""The test session's memory allocator: mimalloc in every worker process, where it is installed.
+"""The test session's memory allocator: mimalloc in the processes it starts, where installed.
 
-XLA's compiler and the LLVM under it allocate and free millions of small objects per program:
-a perf profile of three decoder programs compiling put 16 % of the process in glibc's malloc
-and free (`_int_malloc`, `_int_free`, `malloc_consolidate`, `unlink_chunk`). The suite is
-compile-bound, so the session preloads mimalloc (the `cmeel-mimalloc` wheel of the `[test]`
-extra ships it as a shared library) into the processes it starts: the xdist workers, the
-notebook kernels and every subprocess inherit `LD_PRELOAD` from the controller, which sets it
-before the workers start (tests/conftest.py). The controller itself keeps glibc's allocator:
-it compiles nothing under xdist, and a `-n 0` run (one process) keeps glibc's for its tests,
-while the notebook kernels and subprocesses it starts get mimalloc. Allocation changes no
-numerics: the decoding fixture is bit-identical either way. Measured: tests/TIMING.md.
-
-Linux only (macOS has no LD_PRELOAD; the wheel has no Windows build). Set
+Why, and what it saved: tests/conftest.py's module docstring and tests/TIMING.md. The
+controller calls `preload(os.environ)` before the xdist workers start; workers, notebook
+kernels and subprocesses inherit `LD_PRELOAD`. The controller's own process keeps glibc's
+malloc (so do the tests of a `-n 0` run). Linux only (macOS has no LD_PRELOAD). Set
 `SPECJAX_TEST_ALLOCATOR=system` to keep glibc's malloc everywhere.
 """
 
 from __future__ import annotations
 
-import ctypes
 import importlib.metadata
 import os
 import sys
@@ -27,7 +18,7 @@ NAME = "libmimalloc.so"
 
 
 def library() -> str | None:
-    """The path of the installed libmimalloc.so, or None where it is absent or does not load."""
+    """The path of the installed libmimalloc.so, or None where it is absent."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -36,12 +27,10 @@ def library() -> str | None:
         return None
     for file in files:
         if file.name == NAME:
+            # Not dlopen'd to test it: a malloc replacement belongs in a process from its start,
+            # and pip installed the wheel built for this platform.
             path = str(file.locate())
-            try:
-                ctypes.CDLL(path)  # a wrong architecture or a broken file: no preload
-            except OSError:
-                return None
-            return path
+            return path if os.path.isfile(path) else None
     return None
 
 
