@@ -137,5 +137,7 @@ def test_bad_call_arguments():
         dec.generate(target_params(), PROMPTS, max_new_tokens=4, eos_id=V)
     with pytest.raises(ValueError, match="max_new_tokens"):
         dec.generate(target_params(), PROMPTS, max_new_tokens=0)
+    with pytest.raises(TypeError, match="key must be a JAX PRNG key"):
+        dec.generate(target_params(), PROMPTS, key=0, max_new_tokens=4)
     with pytest.raises(ValueError, match="vocabulary"):
         BeamSearchDecoder(NgramLM(1, 1))

@@ -322,6 +322,22 @@ def check_key(key) -> None:
         )
 
 
+def canonical_key(key) -> jax.Array:
+    """`key`, checked (`check_key`), in the one form the decoding programs are compiled for.
+
+    A typed key (`jax.random.key`) of the default implementation becomes its raw uint32 data
+    (what `jax.random.PRNGKey` gives for the same seed: the same bits, so the same draws), so a
+    caller's choice of key style never compiles a second program. Keys of another
+    implementation (`impl="rbg"`, ...) are returned as they are: their raw data would be read as
+    the default implementation's.
+    """
+    check_key(key)
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if str(jax.random.key_impl(key)) == str(jax.config.jax_default_prng_impl):
+            return jax.random.key_data(key)
+    return key
+
+
 def generate(
     decoder: Decoder, params: tuple, prompts, key, max_new_tokens: int, eos_id: int | None = None
 ) -> GenerationResult:
@@ -339,7 +355,7 @@ def generate(
       GenerationResult with per-call statistics (`.summary()` for α, tokens/iteration).
     """
     runtime.check_process_settings()
-    check_key(key)
+    key = canonical_key(key)
     tokens, lengths = prepare(decoder, prompts, max_new_tokens)
     params = check_decoder_params(decoder, params)
     result = generate_jit(
@@ -369,7 +385,7 @@ def stream(
       view: optional function (tokens, counts) -> what to yield instead.
     """
     runtime.check_process_settings()
-    check_key(key)
+    key = canonical_key(key)
     tokens, lengths = prepare(decoder, prompts, max_new_tokens)
     params = check_decoder_params(decoder, params)
     s = init_jit(

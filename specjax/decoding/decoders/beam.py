@@ -363,7 +363,7 @@ def generate_beams(decoder, params: tuple, prompts, max_new_tokens, eos_id, key=
     tokens, lengths = loop.prepare(decoder, prompts, max_new_tokens)
     params = loop.check_decoder_params(decoder, params)
     eos = loop.eos_value(eos_id, decoder.vocab_size)
-    key = jax.random.PRNGKey(0) if key is None else key
+    key = jax.random.PRNGKey(0) if key is None else loop.canonical_key(key)
     result = beam_jit(decoder, params, tokens, lengths, key, max_new_tokens, eos)
     nan_rows = np.asarray(jax.device_get(result.stats.nan_rows))
     if nan_rows.any():

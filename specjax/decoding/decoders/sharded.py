@@ -153,7 +153,7 @@ class ShardedDecoder:
         """
         self._check_count(model_params)
         loop.check_decoder_params(self.decoder, model_params)
-        loop.check_key(key)
+        key = loop.canonical_key(key)
         tokens, lengths = self.decoder.prepare(prompts, max_new_tokens)
         self._check_batch(tokens.shape[0])
         shardings = self.param_shardings(*model_params)
