@@ -347,7 +347,8 @@ def generate(
       decoder: any decoder (see the module docstring).
       params: one params pytree per entry of `decoder.models`.
       prompts: list of 1-D token sequences (ragged), or int [batch, P].
-      key: PRNG key.
+      key: PRNG key, `jax.random.key` or `jax.random.PRNGKey` (one program serves both:
+        `canonical_key`).
       max_new_tokens: >= 1; traced, so new values do not recompile.
       eos_id: stop a row after this token (None: never).
 
