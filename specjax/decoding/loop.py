@@ -307,8 +307,17 @@ def generate_jit(decoder, params, tokens, lengths, key, max_new_tokens, eos_id):
     return s.result()
 
 
-def check_key(key) -> None:
-    """Raises naming `key` unless it is one PRNG key (`jax.random.key` or `jax.random.PRNGKey`)."""
+def canonical_key(key) -> jax.Array:
+    """`key`, checked, in the one form the decoding programs are compiled for.
+
+    A typed key (`jax.random.key`) of the default implementation becomes its raw uint32 data
+    (what `jax.random.PRNGKey` gives for the same seed: the same bits, so the same draws), so a
+    caller's choice of key style never compiles a second program. Keys of another
+    implementation (`impl="rbg"`, ...) are returned as they are: their raw data would be read as
+    the default implementation's.
+
+    Raises naming `key` unless it is one PRNG key (`jax.random.key` or `jax.random.PRNGKey`).
+    """
     try:
         data = jax.random.key_data(key)
     except TypeError:
@@ -320,21 +329,9 @@ def check_key(key) -> None:
         raise ValueError(
             f"key must be one PRNG key, not an array of them (key data of shape {data.shape})"
         )
-
-
-def canonical_key(key) -> jax.Array:
-    """`key`, checked (`check_key`), in the one form the decoding programs are compiled for.
-
-    A typed key (`jax.random.key`) of the default implementation becomes its raw uint32 data
-    (what `jax.random.PRNGKey` gives for the same seed: the same bits, so the same draws), so a
-    caller's choice of key style never compiles a second program. Keys of another
-    implementation (`impl="rbg"`, ...) are returned as they are: their raw data would be read as
-    the default implementation's.
-    """
-    check_key(key)
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
         if str(jax.random.key_impl(key)) == str(jax.config.jax_default_prng_impl):
-            return jax.random.key_data(key)
+            return data
     return key
 
 
