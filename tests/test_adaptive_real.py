@@ -50,6 +50,16 @@ def test_every_decoder_runs_every_task_and_the_mixed_set_sums_them(run):
             assert r["vs_best_fixed_low"] <= r["vs_best_fixed"] <= r["vs_best_fixed_high"]
             if r["decoder"].startswith("fixed"):
                 assert r["vs_best_fixed"] <= 1.0 + 1e-12  # the best fixed γ is the fastest
+        # The held-out reference: round i reads the fixed γ fastest on the other fold's round.
+        fixed = {r["decoder"]: r["ms_per_token_samples"] for r in s["rows"]}
+        fixed = {k: v for k, v in fixed.items() if k.startswith("fixed")}
+        picks = [min(fixed, key=lambda g, i=i: fixed[g][1 - i]) for i in (0, 1)]
+        assert s["held_out_picks"] == picks, name
+        reference = [fixed[picks[0]][0], fixed[picks[1]][1]]
+        for r in s["rows"]:
+            expected = np.median(reference) / np.median(r["ms_per_token_samples"])
+            assert r["vs_held_out"] == pytest.approx(expected, rel=1e-12)
+            assert r["vs_held_out_low"] <= r["vs_held_out"] <= r["vs_held_out_high"]
     for label in labels:
         tokens = [
             next(r["tokens"] for r in block["sets"][t]["rows"] if r["decoder"] == label)
@@ -68,6 +78,14 @@ def test_goals_follow_from_the_rows(run):
     g = block["goals"]
     assert g["per_task_ok"] == all(v >= 0.97 for v in g["per_task_low"].values())
     assert g["mixed_ok"] == (g["mixed"][1] > 1.0)
+    assert g["per_task_ok_held_out"] == all(v >= 0.97 for v in g["per_task_low_held_out"].values())
+    assert g["mixed_ok_held_out"] == (g["mixed_held_out"][1] > 1.0)
+    best = next(r for r in block["sets"]["mixed"]["rows"] if r["decoder"] == g["best_policy"])
+    assert g["mixed_held_out"] == [
+        best["vs_held_out"],
+        best["vs_held_out_low"],
+        best["vs_held_out_high"],
+    ]
 
 
 def test_goal_bounds_are_checked_per_task():
@@ -80,6 +98,17 @@ def test_goal_bounds_are_checked_per_task():
     assert adaptive_real.goals(sets, ["p"], tasks=("a", "b"))["per_task_ok"] is False
     sets[adaptive_real.MIXED]["rows"][0]["vs_best_fixed_low"] = 0.99  # interval covers 1.0
     assert adaptive_real.goals(sets, ["p"], tasks=("a", "b"))["mixed_ok"] is False
+    # The held-out reference is judged apart: absent (results of one round), never met.
+    goals = adaptive_real.goals(sets, ["p"], tasks=("a", "b"))
+    assert goals["per_task_ok_held_out"] is False and goals["mixed_ok_held_out"] is False
+    held = dict(vs_held_out=1.05, vs_held_out_low=1.02, vs_held_out_high=1.1)
+    for name in ("a", "b", adaptive_real.MIXED):
+        sets[name]["rows"][0].update(held)
+    goals = adaptive_real.goals(sets, ["p"], tasks=("a", "b"))
+    assert goals["per_task_ok_held_out"] is True and goals["mixed_ok_held_out"] is True
+    assert goals["per_task_ok"] is False  # the after-the-fact reference still fails task b
+    sets["a"]["rows"][0]["vs_held_out_low"] = 0.965
+    assert adaptive_real.goals(sets, ["p"], tasks=("a", "b"))["per_task_ok_held_out"] is False
 
 
 def test_the_report_is_a_function_of_the_saved_results(run):

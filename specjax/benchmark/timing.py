@@ -6,6 +6,7 @@ also absorbs compilation. `interleaved` is the one round-robin harness (benchmar
 experiments time through it): wall and process CPU time of every round, and each call's last
 output. `ratio_interval` gives a speedup's 95 % interval from paired rounds, `speedup_interval`
 recomputes it from a stored row and `judge_speedup` compares a speedup with a prediction.
+`held_out_fastest` is the best of several candidates without the winner's curse.
 """
 
 from __future__ import annotations
@@ -142,6 +143,50 @@ def ratio_interval(numerator, denominator) -> tuple[float, float] | None:
     t = _T95[num.size - 2] if num.size - 1 <= len(_T95) else 1.96
     half = t * logs.std(ddof=1) / np.sqrt(num.size)
     return float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))
+
+
+def held_out_fastest(samples: dict, folds: int = 2) -> tuple[list, list] | None:
+    """The fastest of several candidates, each round's time read from a pick made on other rounds.
+
+    Taking the candidate with the lowest median and then reading its own rounds picks whichever
+    candidate the noise favoured, so its time is biased low (the winner's curse: with five
+    candidates of one speed, the best median sits below every candidate's true one), and a
+    decoder compared with it looks slower than it is. Here round i belongs to fold i % folds;
+    the rounds of a fold are answered by the candidate with the lowest median over the other
+    folds' rounds, so no round's reading took part in its own selection (cross-fitting). The
+    rounds of `interleaved` alternate in time, so drift reaches every fold alike. A pick that
+    misses the true fastest (two candidates within the noise) makes the reference slightly
+    slow, the opposite bias: the candidate's true speed lies between the two references.
+
+    Args:
+      samples: candidate -> equal-length sequences of per-round times (lower is better),
+        paired round by round with the samples of whatever is compared with it.
+      folds: 2 or more; each needs at least one round.
+
+    Returns:
+      (reference, picks): the reference's time in every round, and the candidate picked for
+      each fold; None with fewer rounds than folds.
+    """
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
+        raise ValueError(f"folds must be an int >= 2, got {folds!r}")
+    if not samples:
+        raise ValueError("samples: need at least one candidate")
+    table = {name: np.asarray(s, np.float64) for name, s in samples.items()}
+    lengths = {a.shape for a in table.values()}
+    if len(lengths) != 1 or len(next(iter(lengths))) != 1:
+        raise ValueError(f"samples: need equal-length 1-D sequences; got shapes {lengths}")
+    rounds = next(iter(table.values())).size
+    if rounds < folds:
+        return None
+    fold = np.arange(rounds) % folds
+    reference = np.empty(rounds)
+    picks = []
+    for f in range(folds):
+        others = fold != f
+        pick = min(table, key=lambda name: float(np.median(table[name][others])))
+        picks.append(pick)
+        reference[fold == f] = table[pick][fold == f]
+    return reference.tolist(), picks
 
 
 def mean_interval(samples) -> tuple[float, float] | None:
