@@ -88,6 +88,19 @@ def test_goals_follow_from_the_rows(run):
     ]
 
 
+def test_results_saved_before_the_held_out_reference_are_rederived_from_their_rounds(run):
+    _, _, results = run
+    old = json.loads(json.dumps(results))
+    for block in old["blocks"]:
+        block["goals"] = {k: v for k, v in block["goals"].items() if "held_out" not in k}
+        for set_block in block["sets"].values():
+            del set_block["held_out_picks"]
+            for r in set_block["rows"]:
+                for key in ("vs_held_out", "vs_held_out_low", "vs_held_out_high"):
+                    del r[key]
+    assert adaptive_real.rederive(old) == json.loads(json.dumps(results))
+
+
 def test_goal_bounds_are_checked_per_task():
     row = dict(vs_best_fixed=1.1, vs_best_fixed_low=1.01, vs_best_fixed_high=1.2)
     sets = {t: {"rows": [dict(row, decoder="p")]} for t in ("a", "b")}

@@ -98,16 +98,40 @@ def _block(timed: dict, labels, fixed, sets) -> dict:
                 per[best]["ms_per_token_samples"], row["ms_per_token_samples"]
             )
             row["vs_best_fixed_low"], row["vs_best_fixed_high"] = interval or (None, None)
-        held = held_out_fastest({g: per[g]["ms_per_token_samples"] for g in fixed})
-        reference, picks = held or (None, None)
-        for row in per.values():
-            samples = row["ms_per_token_samples"]
-            ratio = None if held is None else float(np.median(reference) / np.median(samples))
-            interval = None if held is None else ratio_interval(reference, samples)
-            row["vs_held_out"] = ratio
-            row["vs_held_out_low"], row["vs_held_out_high"] = interval or (None, None)
-        out[name] = dict(best_fixed=best, held_out_picks=picks, rows=list(per.values()))
+        out[name] = held_out(dict(best_fixed=best, rows=list(per.values())), fixed)
     return out
+
+
+def held_out(set_block: dict, fixed) -> dict:
+    """Adds to one set's rows their speedup over the fixed γ picked on held-out rounds.
+
+    set_block: {"rows": [...]} with each row's "decoder" and "ms_per_token_samples"; fixed: the
+    fixed-γ labels. Sets "held_out_picks" (per fold) and each row's "vs_held_out" (median
+    ratio) with its 95 % interval ("_low", "_high"), None with one round. Returns set_block.
+    """
+    samples = {r["decoder"]: r["ms_per_token_samples"] for r in set_block["rows"]}
+    held = held_out_fastest({g: samples[g] for g in fixed})
+    reference, picks = held or (None, None)
+    for row in set_block["rows"]:
+        own = row["ms_per_token_samples"]
+        row["vs_held_out"] = None if held is None else float(np.median(reference) / np.median(own))
+        interval = None if held is None else ratio_interval(reference, own)
+        row["vs_held_out_low"], row["vs_held_out_high"] = interval or (None, None)
+    set_block["held_out_picks"] = picks
+    return set_block
+
+
+def rederive(results: dict) -> dict:
+    """Results saved before the held-out reference existed, with it and the goals recomputed
+    from their stored rounds (nothing is measured again). Returns results, updated."""
+    for block in results["blocks"]:
+        labels = [r["decoder"] for r in block["sets"][MIXED]["rows"]]
+        fixed = [x for x in labels if x.startswith("fixed")]
+        for set_block in block["sets"].values():
+            held_out(set_block, fixed)
+        tasks = [name for name in block["sets"] if name != MIXED]
+        block["goals"] = goals(block["sets"], results["policies"], tasks)
+    return results
 
 
 def _identical(timed: dict, labels, reference: str, tasks) -> bool:
