@@ -47,6 +47,12 @@ def test_fewer_rounds_than_folds_give_no_reference():
         ({"a": [1.0, 2.0]}, 1, "folds"),
         ({"a": [1.0, 2.0]}, True, "folds"),
         ({"a": [1.0, 2.0]}, 2.0, "folds"),
+        (
+            {"a": [1.0, float("nan")], "b": [1.0, 2.0]},
+            2,
+            r"finite and positive; not so for \['a'\]",
+        ),
+        ({"a": [1.0, 2.0], "b": [0.0, 2.0]}, 2, "finite and positive"),
     ],
 )
 def test_bad_input_names_the_argument(samples, folds, match):

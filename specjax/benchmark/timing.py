@@ -175,6 +175,9 @@ def held_out_fastest(samples: dict, folds: int = 2) -> tuple[list, list] | None:
     lengths = {a.shape for a in table.values()}
     if len(lengths) != 1 or len(next(iter(lengths))) != 1:
         raise ValueError(f"samples: need equal-length 1-D sequences; got shapes {lengths}")
+    bad = [name for name, a in table.items() if not np.all(np.isfinite(a) & (a > 0))]
+    if bad:
+        raise ValueError(f"samples: times must be finite and positive; not so for {bad}")
     rounds = next(iter(table.values())).size
     if rounds < folds:
         return None
