@@ -160,7 +160,7 @@ def test_theory_loop_needs_every_gamma_up_to_gamma_max_before_any_work():
         adaptive_real.run(config.adaptive, "", log=lambda *_: None)
 
 
-def test_prompt_lookup_under_every_policy_is_greedy_identical(tmp_path):
+def test_prompt_lookup_under_every_policy_is_greedy_identical(tmp_path, monkeypatch):
     """draft_head="lookup": the policies cut prompt lookup's proposals (TruncatedDrafter); every
     decoder emits the first fixed γ's tokens at t = 0. On a prompts file of two tasks of ours
     (`prompts_file`): the sets are its tasks and the mixed set."""
@@ -177,7 +177,15 @@ def test_prompt_lookup_under_every_policy_is_greedy_identical(tmp_path):
         f.write('{"task": "count", "text": "Count from 1 to 9."}\n')
     c.policies = ("heuristic+auto", "theory_loop+auto")
     c.max_new_tokens, c.cost_context = 6, 8
+    order = []
+    timed = adaptive_real.interleaved
+    monkeypatch.setattr(
+        adaptive_real, "interleaved", lambda calls, *a: order.extend(calls) or timed(calls, *a)
+    )
     results = adaptive_real.run(c, "", log=lambda *_: None)
+    labels = ["fixed1", "fixed2", *c.policies]
+    # Task by task: every decoder on one task back to back, then the next task.
+    assert order == [(label, task) for task in ("echo", "count") for label in labels]
     (block,) = results["blocks"]
     assert results["draft"] == "prompt lookup" and results["c"] == 0.0
     assert block["greedy_identical"] is True

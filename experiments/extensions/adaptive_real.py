@@ -13,7 +13,9 @@ the proposal, `verify_widths="auto"`, since a miss proposes nothing). Prompts: t
 batch 1 in its own call, up to `c.max_new_tokens` or the end-of-turn token. Every decoder
 (each fixed γ in `c.gammas`, each policy at gamma_max = max(gammas)) runs every task's
 prompts, and all (decoder, task) calls are timed round-robin (`timing.interleaved`, wall
-clock), so one round holds every decoder on every task back to back.
+clock), so one round holds every decoder on every task back to back, task by task: the calls a
+task's ratios pair are seconds apart, not a whole round's minute, so drift within a round
+reaches both sides of a pair alike (the mixed set sums whole rounds, whatever the order).
 
 Figures, per task and on the mixed set (a round's task calls summed): ms per token, tokens per
 target call, mean γ, and each decoder's speedup over the best fixed γ of that set (the fastest
@@ -255,8 +257,8 @@ def run(c, workdir: str, log=print) -> dict:
                     d, tparams, dparams, ps, k, c.max_new_tokens, tokenizer.eos_id
                 )
             )
+            for task in tasks  # task by task: a task's decoders run back to back (docstring)
             for label, d in decoders.items()
-            for task in tasks
         }
         timed = interleaved(calls, c.repeats)
         block = dict(temperature=float(t), sets=_block(timed, list(decoders), fixed, sets))
