@@ -49,6 +49,18 @@ def test_interleaved_keeps_every_round_the_cpu_time_and_the_last_output():
     assert timed["a"].output == 3 and timed["b"].output == "b"
 
 
+def test_interleaved_rotates_the_round_order_when_asked():
+    order = []
+    calls = {n: (lambda n=n: order.append(n)) for n in "abc"}
+    interleaved(calls, repeats=4, warmup=1)
+    assert "".join(order) == "abc" * 5  # the warm-up, then four rounds in the same order
+    order.clear()
+    timed = interleaved(calls, repeats=4, warmup=1, rotate=True)
+    # Warm-up in order; round r starts at call r mod 3: abc, bca, cab, abc.
+    assert "".join(order) == "abc" + "abc" + "bca" + "cab" + "abc"
+    assert [len(t.samples) for t in timed.values()] == [4, 4, 4]
+
+
 def test_versus_counts_tokens_and_divides_by_them():
     clock = FakeClock()
     ar_costs = [9.0, 2.0, 2.2, 2.0]  # warm-up, then 3 rounds

@@ -78,7 +78,11 @@ def time_call(
 
 
 def interleaved(
-    calls: dict, repeats: int = 5, warmup: int = 1, clock: Callable = time.perf_counter
+    calls: dict,
+    repeats: int = 5,
+    warmup: int = 1,
+    clock: Callable = time.perf_counter,
+    rotate: bool = False,
 ) -> dict:
     """Times several zero-argument callables round-robin, so drift hits all of them alike.
 
@@ -91,6 +95,9 @@ def interleaved(
       repeats: timed rounds.
       warmup: untimed rounds (compilation, caches).
       clock: as for `time_call`.
+      rotate: timed round r starts at call r (mod the number of calls) and wraps around, so
+        no call always follows the same one (what a call pays for its predecessor, e.g. caches
+        it evicted, becomes noise the intervals see); False: the order of `calls` every round.
 
     Returns:
       name -> Timing, with `cpu_samples` (process CPU seconds of the same rounds) and `output`
@@ -102,8 +109,11 @@ def interleaved(
             last[name] = jax.block_until_ready(fn())
     samples = {name: [] for name in calls}
     cpu = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, fn in calls.items():
+    names = list(calls)
+    for r in range(repeats):
+        shift = r % len(names) if rotate and names else 0
+        for name in names[shift:] + names[:shift]:
+            fn = calls[name]
             start, cpu_start = clock(), time.process_time()
             last[name] = jax.block_until_ready(fn())
             cpu[name].append(time.process_time() - cpu_start)
