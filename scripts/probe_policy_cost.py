@@ -49,7 +49,7 @@ def main(argv):
     from experiments.common import real_drafts
     from experiments.common.real_prompts import PROMPTS, SAMPLE_PROMPTS, Prompt, by_task
     from experiments.extensions.adaptive import decode_each, iteration_costs, policy_of
-    from experiments.extensions.adaptive_real import _bucket
+    from experiments.extensions.adaptive_real import prompt_bucket
     from specjax.benchmark.timing import interleaved, ratio_interval
     from specjax.decoding import (
         FixedGamma,
@@ -69,7 +69,7 @@ def main(argv):
         raise app.UsageError(f"--task={FLAGS.task!r}: no such task in real_prompts")
     ids = real_drafts.chat_ids(tok, prompts)
     calibration = real_drafts.chat_ids(tok, [Prompt("calibration", SAMPLE_PROMPTS[0])])
-    bucket = _bucket(ids + calibration, FLAGS.cache_len)
+    bucket = prompt_bucket(ids + calibration, FLAGS.cache_len)
     key = jax.random.PRNGKey(0)
 
     def decoder(gamma, policy=None, widths="auto"):

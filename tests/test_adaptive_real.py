@@ -52,7 +52,7 @@ def test_every_decoder_runs_every_task_and_the_mixed_set_sums_them(run):
                 assert r["vs_best_fixed"] <= 1.0 + 1e-12  # the best fixed γ is the fastest
         # The held-out reference: round i reads the fixed γ fastest on the other fold's round.
         fixed = {r["decoder"]: r["ms_per_token_samples"] for r in s["rows"]}
-        fixed = {k: v for k, v in fixed.items() if k.startswith("fixed")}
+        fixed = {k: v for k, v in fixed.items() if k[5:].isdigit()}  # fixed<γ>
         picks = [min(fixed, key=lambda g, i=i: fixed[g][1 - i]) for i in (0, 1)]
         assert s["held_out_picks"] == picks, name
         reference = [fixed[picks[0]][0], fixed[picks[1]][1]]
@@ -99,6 +99,18 @@ def test_results_saved_before_the_held_out_reference_are_rederived_from_their_ro
                 for key in ("vs_held_out", "vs_held_out_low", "vs_held_out_high"):
                     del r[key]
     assert adaptive_real.rederive(old) == json.loads(json.dumps(results))
+
+
+def test_rederive_picks_among_the_fixed_gammas_only():
+    """A stored run with `fixed_via_adaptive+auto` (a policy whose label starts with "fixed"):
+    the held-out reference picks among fixed<γ> decoders alone."""
+    path = os.path.join(
+        os.path.dirname(adaptive_real.__file__), "results", "adaptive_smollm2_lookup_path_t0.json"
+    )
+    with open(path, encoding="utf-8") as f:
+        results = adaptive_real.rederive(json.load(f))
+    for set_block in results["blocks"][0]["sets"].values():
+        assert set_block["held_out_picks"] == ["fixed4", "fixed4"]
 
 
 def test_goal_bounds_are_checked_per_task():

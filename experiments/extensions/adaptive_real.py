@@ -61,7 +61,7 @@ from specjax.decoding import LookupDrafter, SpeculativeDecoder, make_warper, sum
 MIXED = "mixed"
 
 
-def _bucket(ids, cache_len: int) -> int:
+def prompt_bucket(ids, cache_len: int) -> int:
     """One padded prompt width for every prompt (one program per decoder): the next power of
     two at or above the longest prompt, at most cache_len."""
     return min(1 << (max(len(x) for x in ids) - 1).bit_length(), cache_len)
@@ -128,7 +128,7 @@ def rederive(results: dict) -> dict:
     from their stored rounds (nothing is measured again). Returns results, updated."""
     for block in results["blocks"]:
         labels = [r["decoder"] for r in block["sets"][MIXED]["rows"]]
-        fixed = [x for x in labels if x.startswith("fixed")]
+        fixed = [x for x in labels if not np.isnan(_fixed_gamma(x))]  # not fixed_via_adaptive
         for set_block in block["sets"].values():
             held_out(set_block, fixed)
         tasks = [name for name in block["sets"] if name != MIXED]
@@ -196,7 +196,7 @@ def run(c, workdir: str, log=print) -> dict:
     prompts = {task: by_task(task, every)[: c.per_task] for task in tasks}
     ids = {task: real_drafts.chat_ids(tokenizer, ps) for task, ps in prompts.items()}
     calibration = real_drafts.chat_ids(tokenizer, [Prompt("calibration", SAMPLE_PROMPTS[0])])
-    bucket = _bucket([x for v in ids.values() for x in v] + calibration, c.cache_len)
+    bucket = prompt_bucket([x for v in ids.values() for x in v] + calibration, c.cache_len)
     where = dict(context=c.cost_context, cache_len=c.cache_len, steps=16, repeats=7)
 
     def cost(model, params, k):  # each width's fastest sample: load only adds time
