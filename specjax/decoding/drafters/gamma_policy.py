@@ -20,7 +20,7 @@ target's verdict on the current drafts, and a token once drawn is always verifie
   * `FixedGamma`: γ is a constant.
   * `HeuristicGamma` (HF transformers' "heuristic" schedule: +2 when every draft was accepted,
     -1 otherwise): γ_t depends only on past iterations' verdicts.
-  * `TheoryGamma`: γ_t maximises the measured-cost speedup of `theory.py` at an online
+  * `TheoryGamma`: γ_t maximises the measured-cost speedup of `specjax.theory` at an online
     estimate of α from past iterations only (the censored-geometric MLE α̂ = A / (A + R), A the
     accepted drafts and R the iterations that ended in a rejection, shrunk towards a prior).
   * `PositionalGamma`: the same, with acceptance estimated per draft position (survival

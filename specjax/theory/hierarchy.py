@@ -1,0 +1,56 @@
+"""Three-level speculation (target <- middle <- small): the cost model applied recursively."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specjax.theory._checks import _check_gamma, _check_nonnegative
+from specjax.theory.costs import cost_curve, measured_speedup
+from specjax.theory.formulas import expected_tokens_per_iteration
+
+
+def hierarchical_draft_cost(alpha_inner, gamma_inner, t_middle, t_small) -> np.ndarray:
+    """Time per drafted token when the draft is itself speculative (middle <- small).
+
+    One inner iteration costs T_middle(γ_in + 1) + γ_in T_small and emits
+    E[tokens/iter](α_in, γ_in) tokens, each an exact sample of the middle model, so to an outer
+    target <- middle decoder the inner level is a draft of this cost per token (the paper's cost
+    model applied recursively).
+
+    Args:
+      alpha_inner: the inner level's (middle <- small) acceptance rate(s) in [0, 1].
+      gamma_inner: its drafted tokens per iteration, integers >= 1.
+      t_middle: the middle model's cost curve, see `cost_curve`; needs T_middle(γ_in + 1).
+      t_small: time of one small-model draft step (same unit), >= 0.
+
+    Returns:
+      float64 array of the broadcast shape of the arguments.
+    """
+    curve = cost_curve(t_middle)
+    gamma_inner = _check_gamma(gamma_inner, "gamma_inner")
+    t_small = _check_nonnegative(t_small, "t_small")
+    if np.max(gamma_inner) + 1 > curve.size:
+        raise ValueError(
+            f"t_middle covers k = 1..{curve.size}, but gamma_inner = {int(np.max(gamma_inner))} "
+            f"needs T_middle({int(np.max(gamma_inner)) + 1})"
+        )
+    inner_iteration = curve[gamma_inner] + gamma_inner * t_small  # curve[g] is T(g + 1)
+    return inner_iteration / expected_tokens_per_iteration(alpha_inner, gamma_inner)
+
+
+def hierarchical_speedup(
+    alpha, gamma, t_target, alpha_inner, gamma_inner, t_middle, t_small
+) -> np.ndarray:
+    """Expected speedup of target <- middle <- small over autoregressive target decoding.
+
+    `measured_speedup` with the inner level's cost per drafted token
+    (`hierarchical_draft_cost`). The 3-level drafts follow the middle model's law exactly, so
+    `alpha` is the acceptance rate of target <- middle.
+
+    Args:
+      alpha, gamma, t_target: the outer level, as for `measured_speedup`.
+      alpha_inner, gamma_inner, t_middle, t_small: the inner level, as for
+        `hierarchical_draft_cost`.
+    """
+    t_mid = hierarchical_draft_cost(alpha_inner, gamma_inner, t_middle, t_small)
+    return measured_speedup(alpha, gamma, t_target, t_mid)
