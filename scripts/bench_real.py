@@ -86,7 +86,8 @@ def main(argv):
 
     if FLAGS.exact_matmuls:
         specjax.configure_accelerator()
-    from experiments.common import real_drafts as drafts
+    from experiments.common import real_drafts
+    from experiments.common.draft_table import draft_table, format_drafts
     from experiments.common.real_prompts import prompt_set, spread
     from experiments.real import speed
     from specjax import kernels
@@ -130,7 +131,7 @@ def main(argv):
     target, target_params = with_matmul(model, params, resolve_matmul(FLAGS.matmul))
     kinds = None
     if {"overhead", "drafts"} & set(FLAGS.parts):
-        kinds = drafts.build_drafts(
+        kinds = real_drafts.build_drafts(
             target, target_params, tokenizer, heads=FLAGS.heads, kinds=FLAGS.kinds,
             trees=[tuple(int(b) for b in t.split("-")) for t in FLAGS.trees],
             dynamic=[DynamicTree.parse(t.replace("-", ",")) for t in FLAGS.dynamic],
@@ -143,16 +144,16 @@ def main(argv):
         emit("overhead", rows, speed.format_overhead(rows, FLAGS.gamma))
     if "drafts" in FLAGS.parts:
         for t in (float(x) for x in FLAGS.temperatures):
-            table = drafts.draft_table(
+            table = draft_table(
                 target, target_params, tokenizer, kinds, temperature=t, gamma=FLAGS.gamma,
                 max_new_tokens=FLAGS.max_new_tokens, rounds=FLAGS.draft_rounds, prompts=prompts,
             )  # fmt: skip
-            emit(f"drafts t={t:g}", table, drafts.format_drafts(table))
+            emit(f"drafts t={t:g}", table, format_drafts(table))
     if "hf" in FLAGS.parts:
         from experiments.real import hf_peer
         from specjax.decoding import AutoregressiveDecoder, make_warper
 
-        ids = drafts.chat_ids(tokenizer, prompts)
+        ids = real_drafts.chat_ids(tokenizer, prompts)
         ar = AutoregressiveDecoder(target, make_warper(0.0), cache_len=512)
         ours = {
             i: (lambda x=x: ar.generate(

@@ -12,7 +12,7 @@ The steps, all at batch 1 and on the model's chat template:
         γ = max(gammas) beside AR, round-robin. α = accepted drafts / drafted (in the loop),
         α by draft position and by task, tokens per iteration, and c from the iteration times:
         the uniform draft's iteration is the verification, a draft's c its extra time per
-        iteration over γ AR steps (`drafts.add_costs`);
+        iteration over γ AR steps (`draft_table.add_costs`);
   [3/4] T_target(k) for k = 1..γmax + 1 (`benchmark.costs.call_cost`);
   [4/4] Table 2: for the `sweep` drafts, AR vs speculative at each γ on `walltime_prompts`
         other prompts (one per task, none of Table 3's), paired rounds with 95 % intervals,
@@ -36,7 +36,7 @@ import time
 
 import jax
 
-from experiments.common import real_drafts
+from experiments.common import draft_table, real_drafts
 from experiments.common.real_prompts import halves, prompt_set, shares_prompts, spread
 from experiments.leviathan2023 import report
 from specjax import theory
@@ -102,7 +102,7 @@ def measure_table3(config, target, params, tokenizer, drafts, prompts) -> dict:
     tables = {}
     for t in (float(x) for x in config.temperatures):
         t0 = time.perf_counter()
-        tables[t] = real_drafts.draft_table(
+        tables[t] = draft_table.draft_table(
             target, params, tokenizer, drafts, temperature=t, gamma=gamma,
             max_new_tokens=config.alpha_new_tokens, rounds=config.alpha_rounds,
             cache_len=config.cache_len, prompts=prompts,

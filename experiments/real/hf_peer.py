@@ -54,7 +54,7 @@ def hf_table(
       prompt_ids: chat-templated prompts, as 1-D id arrays.
       eos_id: the end-of-turn id (generation stops there).
       specjax_ar: {prompt index: zero-argument callable} of specjax's autoregressive decoding.
-      max_new_tokens, rounds: as for `drafts.draft_table`.
+      max_new_tokens, rounds: as for `experiments.common.draft_table.draft_table`.
       lookup_tokens: `prompt_lookup_num_tokens` (transformers' prompt lookup).
       assistant_layers: layers of the truncated assistant model.
 
