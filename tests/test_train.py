@@ -18,9 +18,10 @@ from specjax.models import TransformerConfig, TransformerLM, build
 from specjax.models.ngram import LengthState
 from specjax.training import loop as loop_lib
 from specjax.training import zoo
-from specjax.training.loop import check_same_run, train_and_evaluate
+from specjax.training.loop import train_and_evaluate
 from specjax.training.ngrams import load_ngram
 from specjax.training.optim import learning_rate_schedule, make_optimizer
+from specjax.training.same_run import check_same_run
 from specjax.training.steps import (
     evaluate,
     init_train_state,

@@ -28,8 +28,8 @@ from specjax.training.eagle import (
     output_columns,
     rank_counts,
 )
-from specjax.training.loop import config_diffs
 from specjax.training.optim import make_optimizer
+from specjax.training.same_run import config_diffs
 from specjax.training.signals import StopRequest
 
 CHECKPOINTS = "checkpoints"
