@@ -1,4 +1,4 @@
-"""Tables, CSV files and plots of the pipeline's results (from results.json alone).
+"""Tables and CSV files of the pipeline's results, from results.json alone (plots: `figures`).
 
 `python -m experiments.leviathan2023.report runs/lev-tiny` regenerates them without rerunning.
 """
@@ -12,9 +12,9 @@ import os
 import statistics
 import sys
 
+from experiments.leviathan2023 import figures
 from specjax import theory
 from specjax.benchmark.timing import judge_speedup, speedup_interval
-from specjax.plotting import Series, save_bar_plot, save_line_plot
 
 # Acceptance bars of the harness (issue: measured vs theory).
 TOKENS_TOL = 0.03
@@ -380,81 +380,13 @@ def format_all(results: dict) -> str:
     return "\n\n".join(p for p in parts if p)
 
 
-def plot_speedup_vs_gamma(path: str, curves, title: str) -> str:
-    """Measured speedup by γ (dots) with the three predictions (lines), one colour per draft.
-
-    Args:
-      path: the PNG to write.
-      curves: [(draft name, rows)], rows as `WalltimeRow.as_dict()` of each γ.
-      title: the plot's title.
-
-    Returns:
-      `path`.
-    """
-    series = []
-    for i, (name, per_gamma) in enumerate(curves):
-        color = f"C{i}"
-        g = [r["gamma"] for r in per_gamma]
-        series.append(
-            Series(
-                g,
-                [r["speedup"] for r in per_gamma],
-                f"{name} measured",
-                color=color,
-                marker="o",
-                linestyle="",
-            )
-        )
-        loop = [r.get("predicted_speedup_loop") for r in per_gamma]
-        if all(p is not None for p in loop):
-            series.append(Series(g, loop, None, color=color, linestyle="--"))
-        pred = [r["predicted_speedup_measured"] for r in per_gamma]
-        if all(p is not None for p in pred):
-            series.append(Series(g, pred, None, color=color, linestyle="-."))
-        paper = [r["predicted_speedup_paper"] for r in per_gamma]
-        series.append(Series(g, paper, None, color=color, linestyle=":"))
-    save_line_plot(
-        path,
-        series,
-        xlabel="γ",
-        ylabel="speedup over autoregressive",
-        hline=1.0,
-        title=title,
-        style_legend=(
-            ("--", "loop model (measured iterations)"),
-            ("-.", "model calls only"),
-            (":", "paper formula"),
-        ),
-    )
-    return path
-
-
 def write_all(results: dict, workdir: str) -> None:
     """CSV tables and PNG plots next to results.json."""
     _write_csv(os.path.join(workdir, "table3.csv"), table3_rows(results))
     _write_csv(os.path.join(workdir, "table2.csv"), table2_rows(results))
     if results.get("block"):
         _write_csv(os.path.join(workdir, "block.csv"), block_rows(results))
-    by_temp: dict = {}
-    for key, per_gamma in results["walltime"].items():
-        temp, name = key.split("/", 1)
-        by_temp.setdefault(temp, []).append((name, per_gamma))
-    for temp, curves in by_temp.items():
-        title = f"Speculative speedup at {temp.replace('t', 't=')}"
-        plot_speedup_vs_gamma(os.path.join(workdir, f"speedup_vs_gamma_{temp}.png"), curves, title)
-    rows = table3_rows(results)
-    labels, values = [], []
-    for r in rows:
-        for t in results["alpha"]:
-            labels.append(f"{r['draft']}\nt={t}")
-            values.append(r[f"alpha_t{t}"])
-    save_bar_plot(
-        os.path.join(workdir, "alpha_bars.png"),
-        labels,
-        values,
-        ylabel="α",
-        title="α per draft and temperature (target-generated text)",
-    )
+    figures.write_figures(results, workdir, table3_rows(results))
 
 
 def save(results: dict, workdir: str, log=print) -> None:
