@@ -17,7 +17,7 @@ import pytest
 
 from configs import extensions as ext_config
 from experiments.common.real_prompts import TASKS
-from experiments.extensions import adaptive, adaptive_real, pipeline
+from experiments.extensions import adaptive, adaptive_real, ceiling, pipeline
 from tests.gguf_writer import write_tiny_chat_pair
 
 
@@ -98,6 +98,7 @@ def test_results_saved_before_the_held_out_reference_are_rederived_from_their_ro
             for r in set_block["rows"]:
                 for key in ("vs_held_out", "vs_held_out_low", "vs_held_out_high"):
                     del r[key]
+        del block["ceiling"]
     assert adaptive_real.rederive(old) == json.loads(json.dumps(results))
 
 
@@ -111,6 +112,76 @@ def test_rederive_picks_among_the_fixed_gammas_only():
         results = adaptive_real.rederive(json.load(f))
     for set_block in results["blocks"][0]["sets"].values():
         assert set_block["held_out_picks"] == ["fixed4", "fixed4"]
+
+
+def test_the_per_task_ceiling_follows_from_the_rows(run):
+    """The oracle's picks and its mixed-set time recomputed by hand from the stored rows; with
+    one γ for every task it is that γ's mixed row exactly."""
+    _, _, results = run
+    (block,) = results["blocks"]
+    sets, tasks = block["sets"], list(TASKS)
+    fixed = [r["decoder"] for r in sets["mixed"]["rows"] if r["decoder"][5:].isdigit()]
+    rows = {t: {r["decoder"]: r for r in sets[t]["rows"]} for t in [*tasks, "mixed"]}
+    for g in fixed:
+        same = ceiling.composite(sets, {t: [g, g] for t in tasks})
+        np.testing.assert_allclose(same, rows["mixed"][g]["ms_per_token_samples"], rtol=1e-12)
+    got = block["ceiling"]
+    after = got["after_the_fact"]
+    assert after["picks"] == {t: sets[t]["best_fixed"] for t in tasks}
+    seconds = sum(
+        np.asarray(rows[t][g]["ms_per_token_samples"]) * rows[t][g]["tokens"]
+        for t, g in after["picks"].items()
+    )
+    tokens = sum(rows[t][g]["tokens"] for t, g in after["picks"].items())
+    reference = rows["mixed"][sets["mixed"]["best_fixed"]]["ms_per_token_samples"]
+    assert after["ratio"] == pytest.approx(np.median(reference) / np.median(seconds / tokens))
+    held = got["held_out"]
+    for t in tasks:  # round i reads the γ fastest on the other round (two rounds)
+        samples = {g: rows[t][g]["ms_per_token_samples"] for g in fixed}
+        assert held["picks"][t] == [
+            min(fixed, key=lambda g, i=i: samples[g][1 - i]) for i in (0, 1)
+        ]
+    assert after["low"] <= after["high"] and held["low"] <= held["high"]
+    assert "Ceiling of per-task adaptation" in adaptive_real.report_block(block)
+
+
+def test_the_ceiling_on_rows_by_hand():
+    """Two tasks, two γ, two rounds, 10 tokens per task and decoder (ms/token by hand). Task a:
+    γ = 1 has the lower median, but round 0 read on round 1 picks γ = 2; task b is fastest at
+    γ = 2; the single best γ on the mixed set is 2 in every reading."""
+
+    def rows(best, table):
+        return {
+            "best_fixed": best,
+            "rows": [dict(decoder=g, tokens=10, ms_per_token_samples=v) for g, v in table],
+        }
+
+    sets = {
+        "a": rows("fixed1", [("fixed1", [1.0, 2.6]), ("fixed2", [2.0, 2.0])]),
+        "b": rows("fixed2", [("fixed1", [4.0, 4.0]), ("fixed2", [2.0, 2.0])]),
+        # 20 tokens, a round's milliseconds summed: fixed1 10 + 40 and 26 + 40, fixed2 20 + 20.
+        "mixed": rows("fixed2", [("fixed1", [2.5, 3.3]), ("fixed2", [2.0, 2.0])]),
+    }
+    fixed = ["fixed1", "fixed2"]
+    np.testing.assert_allclose(ceiling.composite(sets, {"a": fixed[:1] * 2, "b": fixed[:1] * 2}),
+                               [2.5, 3.3])  # fmt: skip
+    got = ceiling.per_task_ceiling(sets, fixed, ["a", "b"])
+    # After the fact: a at γ = 1 (10, 26 ms), b at γ = 2 (20, 20 ms): 1.5 and 2.3 ms/token.
+    assert got["after_the_fact"]["picks"] == {"a": "fixed1", "b": "fixed2"}
+    assert got["after_the_fact"]["ratio"] == pytest.approx(2.0 / 1.9)
+    # Held out: a's round 0 at γ = 2 (20 ms), round 1 at γ = 1 (26 ms): 2.0 and 2.3 ms/token.
+    assert got["held_out"]["picks"] == {"a": ["fixed2", "fixed1"], "b": ["fixed2", "fixed2"]}
+    assert got["held_out"]["ratio"] == pytest.approx(2.0 / 2.15)
+    low, high = got["held_out"]["low"], got["held_out"]["high"]
+    assert low < 2.0 / 2.15 < high
+    one_round = {
+        name: dict(s, rows=[dict(r, ms_per_token_samples=r["ms_per_token_samples"][:1])
+                            for r in s["rows"]])
+        for name, s in sets.items()
+    }  # fmt: skip
+    short = ceiling.per_task_ceiling(one_round, fixed, ["a", "b"])
+    assert short["held_out"] is None and short["after_the_fact"]["low"] is None
+    assert short["after_the_fact"]["ratio"] == pytest.approx(2.0 / 1.5)
 
 
 def test_goal_bounds_are_checked_per_task():

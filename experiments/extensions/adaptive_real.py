@@ -29,7 +29,9 @@ a policy's true ratio lies between the two.
 
 Goals checked in the report: the best policy (by its mixed-set ratio) has a lower 95 % bound
 >= 0.97 against the best fixed γ of every task, and on the mixed set a speedup over the single
-best fixed γ whose interval lies above 1.0.
+best fixed γ whose interval lies above 1.0. Beside them, the ceiling of per-task adaptation
+(`ceiling.per_task_ceiling`): the mixed set with every task at its own fastest fixed γ, over
+the single best one; a policy that only tells tasks apart gains at most that.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from experiments.extensions.adaptive import (
     needs_iteration_costs,
     policy_of,
 )
+from experiments.extensions.ceiling import format_ceiling, per_task_ceiling
 from specjax.benchmark.costs import call_cost
 from specjax.benchmark.timing import held_out_fastest, interleaved, ratio_interval
 from specjax.decoding import LookupDrafter, SpeculativeDecoder, make_warper, summarize_stats
@@ -124,8 +127,9 @@ def held_out(set_block: dict, fixed) -> dict:
 
 
 def rederive(results: dict) -> dict:
-    """Results saved before the held-out reference existed, with it and the goals recomputed
-    from their stored rounds (nothing is measured again). Returns results, updated."""
+    """Results saved before the held-out reference existed, with it, the goals and the per-task
+    ceiling recomputed from their stored rounds (nothing is measured again). Returns results,
+    updated."""
     for block in results["blocks"]:
         labels = [r["decoder"] for r in block["sets"][MIXED]["rows"]]
         fixed = [x for x in labels if not np.isnan(_fixed_gamma(x))]  # not fixed_via_adaptive
@@ -133,6 +137,7 @@ def rederive(results: dict) -> dict:
             held_out(set_block, fixed)
         tasks = [name for name in block["sets"] if name != MIXED]
         block["goals"] = goals(block["sets"], results["policies"], tasks)
+        block["ceiling"] = per_task_ceiling(block["sets"], fixed, tasks, MIXED)
     return results
 
 
@@ -267,6 +272,7 @@ def run(c, workdir: str, log=print) -> dict:
         if per_iteration is not None:
             block["iteration_ms"] = [x * 1e3 for x in per_iteration]
         block["goals"] = goals(block["sets"], c.policies, tasks)
+        block["ceiling"] = per_task_ceiling(block["sets"], fixed, tasks, MIXED)
         out["blocks"].append(block)
         log(report_block(block))
     return out
@@ -345,6 +351,8 @@ def report_block(block: dict) -> str:
     lines.append(_goal_line(g, "", "each set's best fixed γ, picked after the fact"))
     if "mixed_held_out" in g:
         lines.append(_goal_line(g, "_held_out", "the fixed γ picked on held-out rounds"))
+    if "ceiling" in block:
+        lines.append(format_ceiling(block["ceiling"]))
     if "greedy_identical" in block:
         lines.append(f"Greedy tokens identical across decoders: {block['greedy_identical']}.")
     return "\n".join(lines)
