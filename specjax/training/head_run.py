@@ -29,21 +29,10 @@ from specjax.training.eagle import (
     rank_counts,
 )
 from specjax.training.optim import make_optimizer
-from specjax.training.same_run import config_diffs
+from specjax.training.same_run import check_same_head_run
 from specjax.training.signals import StopRequest
 
 CHECKPOINTS = "checkpoints"
-
-
-def _check_same_run(saved: dict, current: dict, path: str) -> None:
-    """ValueError naming every setting where a checkpoint's run differs from this one."""
-    diffs = config_diffs(saved, current)
-    if diffs:
-        raise ValueError(
-            f"checkpoint {path} was written by a different head run:\n  "
-            + "\n  ".join(diffs)
-            + "\nUse another workdir, or the old settings to resume."
-        )
 
 
 def _optimizer(settings: dict):
@@ -133,7 +122,7 @@ def train_head(head, target_params, data, workdir: str, *, log=print, stop_after
         opt_state, step, seconds_before = tx.init(params), 0, 0.0
     else:
         step, params, opt_state, meta = restored
-        _check_same_run(meta["config"], run_config, checkpointer.step_path(step))
+        check_same_head_run(meta["config"], run_config, checkpointer.step_path(step))
         seconds_before = float(meta.get("train_seconds", 0.0))
         log(f"resuming from {checkpointer.step_path(step)} (step {step})")
     metrics_path = os.path.join(workdir, "metrics.jsonl")

@@ -1,8 +1,8 @@
 """A resumed run must be the run that wrote its checkpoint: the settings that differ, named.
 
 `check_same_run` guards `train_and_evaluate` (the weight-relevant fields of a model or
-distillation config, `zoo.fingerprint_fields`); `config_diffs` is the comparison itself, which
-`head_run` applies to a head run's settings.
+distillation config, `zoo.fingerprint_fields`), `check_same_head_run` a head run (`head_run`:
+all its settings); `config_diffs` is the comparison both make.
 """
 
 from __future__ import annotations
@@ -46,4 +46,16 @@ def check_same_run(saved_config: dict, config_dict: dict, path: str) -> None:
             f"checkpoint {path} was written by a different configuration:\n  "
             + "\n  ".join(diffs)
             + "\nUse another --workdir, or restore the old configuration to resume."
+        )
+
+
+def check_same_head_run(saved: dict, current: dict, path: str) -> None:
+    """ValueError naming every setting where a head checkpoint's run differs from this one
+    (`head_run`: every setting counts, the data's fingerprint among them)."""
+    diffs = config_diffs(saved, current)
+    if diffs:
+        raise ValueError(
+            f"checkpoint {path} was written by a different head run:\n  "
+            + "\n  ".join(diffs)
+            + "\nUse another workdir, or the old settings to resume."
         )
