@@ -17,7 +17,7 @@ import pytest
 
 from configs import extensions as ext_config
 from experiments.common.real_prompts import TASKS
-from experiments.extensions import adaptive, adaptive_real, ceiling, pipeline
+from experiments.extensions import adaptive, adaptive_reading, adaptive_real, ceiling, pipeline
 from tests.gguf_writer import write_tiny_chat_pair
 
 
@@ -40,7 +40,7 @@ def test_every_decoder_runs_every_task_and_the_mixed_set_sums_them(run):
     config, _, results = run
     (block,) = results["blocks"]
     labels = [f"fixed{g}" for g in config.adaptive.gammas] + list(config.adaptive.policies)
-    assert set(block["sets"]) == set(TASKS) | {adaptive_real.MIXED}
+    assert set(block["sets"]) == set(TASKS) | {adaptive_reading.MIXED}
     for name, s in block["sets"].items():
         assert [r["decoder"] for r in s["rows"]] == labels, name
         best = next(r for r in s["rows"] if r["decoder"] == s["best_fixed"])
@@ -65,7 +65,9 @@ def test_every_decoder_runs_every_task_and_the_mixed_set_sums_them(run):
             next(r["tokens"] for r in block["sets"][t]["rows"] if r["decoder"] == label)
             for t in TASKS
         ]
-        mixed = next(r for r in block["sets"][adaptive_real.MIXED]["rows"] if r["decoder"] == label)
+        mixed = next(
+            r for r in block["sets"][adaptive_reading.MIXED]["rows"] if r["decoder"] == label
+        )
         assert mixed["tokens"] == sum(tokens) > 0
     assert block["greedy_identical"] is True  # lossless: every γ and policy, token for token
 
@@ -73,7 +75,7 @@ def test_every_decoder_runs_every_task_and_the_mixed_set_sums_them(run):
 def test_goals_follow_from_the_rows(run):
     config, _, results = run
     (block,) = results["blocks"]
-    recomputed = adaptive_real.goals(block["sets"], config.adaptive.policies)
+    recomputed = adaptive_reading.goals(block["sets"], config.adaptive.policies)
     assert json.loads(json.dumps(recomputed)) == block["goals"]
     g = block["goals"]
     assert g["per_task_ok"] == all(v >= 0.97 for v in g["per_task_low"].values())
@@ -99,17 +101,19 @@ def test_results_saved_before_the_held_out_reference_are_rederived_from_their_ro
                 for key in ("vs_held_out", "vs_held_out_low", "vs_held_out_high"):
                     del r[key]
         del block["ceiling"]
-    assert adaptive_real.rederive(old) == json.loads(json.dumps(results))
+    assert adaptive_reading.rederive(old) == json.loads(json.dumps(results))
 
 
 def test_rederive_picks_among_the_fixed_gammas_only():
     """A stored run with `fixed_via_adaptive+auto` (a policy whose label starts with "fixed"):
     the held-out reference picks among fixed<γ> decoders alone."""
     path = os.path.join(
-        os.path.dirname(adaptive_real.__file__), "results", "adaptive_smollm2_lookup_path_t0.json"
+        os.path.dirname(adaptive_reading.__file__),
+        "results",
+        "adaptive_smollm2_lookup_path_t0.json",
     )
     with open(path, encoding="utf-8") as f:
-        results = adaptive_real.rederive(json.load(f))
+        results = adaptive_reading.rederive(json.load(f))
     for set_block in results["blocks"][0]["sets"].values():
         assert set_block["held_out_picks"] == ["fixed4", "fixed4"]
 
@@ -184,27 +188,65 @@ def test_the_ceiling_on_rows_by_hand():
     assert short["after_the_fact"]["ratio"] == pytest.approx(2.0 / 1.5)
 
 
+def test_the_cpu_clock_reading_recomputes_every_figure(run):
+    """`on_cpu_clock` reads the rows' CPU samples: the picks and ratios by hand from them, and
+    with CPU samples equal to the wall ones it gives back the wall reading."""
+    _, _, results = run
+    before = json.dumps(results)
+    cpu = adaptive_reading.on_cpu_clock(results)
+    assert json.dumps(results) == before  # the wall reading is left as it was
+    assert cpu["clock"] == "cpu" and "process CPU clock" in adaptive_real.report(cpu)
+    (block,), (wall_block,) = cpu["blocks"], results["blocks"]
+    fixed = [r["decoder"] for r in block["sets"]["mixed"]["rows"] if r["decoder"][5:].isdigit()]
+    for name, s in block["sets"].items():
+        rows = {r["decoder"]: r for r in s["rows"]}
+        wall_rows = {r["decoder"]: r for r in wall_block["sets"][name]["rows"]}
+        for label, r in rows.items():
+            assert r["ms_per_token_samples"] == wall_rows[label]["ms_per_token_cpu_samples"]
+        best = min(fixed, key=lambda g: np.median(rows[g]["ms_per_token_samples"]))
+        assert s["best_fixed"] == best, name
+        for r in rows.values():
+            expected = np.median(rows[best]["ms_per_token_samples"]) / np.median(
+                r["ms_per_token_samples"]
+            )
+            assert r["vs_best_fixed"] == pytest.approx(expected, rel=1e-12)
+    tasks = [t for t in block["sets"] if t != "mixed"]
+    assert block["goals"] == adaptive_reading.goals(block["sets"], cpu["policies"], tasks)
+    assert block["ceiling"] == ceiling.per_task_ceiling(block["sets"], fixed, tasks)
+    same = json.loads(before)
+    for s in same["blocks"][0]["sets"].values():
+        for r in s["rows"]:
+            r["ms_per_token_cpu_samples"] = r["ms_per_token_samples"]
+    again = adaptive_reading.on_cpu_clock(same)
+    assert again.pop("clock") == "cpu" and again == same
+    for s in same["blocks"][0]["sets"].values():
+        for r in s["rows"]:
+            del r["ms_per_token_cpu_samples"]
+    with pytest.raises(ValueError, match="no CPU samples"):
+        adaptive_reading.on_cpu_clock(same)
+
+
 def test_goal_bounds_are_checked_per_task():
     row = dict(vs_best_fixed=1.1, vs_best_fixed_low=1.01, vs_best_fixed_high=1.2)
     sets = {t: {"rows": [dict(row, decoder="p")]} for t in ("a", "b")}
-    sets[adaptive_real.MIXED] = {"rows": [dict(row, decoder="p")]}
-    assert adaptive_real.goals(sets, ["p"], tasks=("a", "b"))["per_task_ok"] is True
-    assert adaptive_real.goals(sets, ["p"], tasks=("a", "b"))["mixed_ok"] is True
+    sets[adaptive_reading.MIXED] = {"rows": [dict(row, decoder="p")]}
+    assert adaptive_reading.goals(sets, ["p"], tasks=("a", "b"))["per_task_ok"] is True
+    assert adaptive_reading.goals(sets, ["p"], tasks=("a", "b"))["mixed_ok"] is True
     sets["b"]["rows"][0]["vs_best_fixed_low"] = 0.96  # one task below 0.97 fails goal 1
-    assert adaptive_real.goals(sets, ["p"], tasks=("a", "b"))["per_task_ok"] is False
-    sets[adaptive_real.MIXED]["rows"][0]["vs_best_fixed_low"] = 0.99  # interval covers 1.0
-    assert adaptive_real.goals(sets, ["p"], tasks=("a", "b"))["mixed_ok"] is False
+    assert adaptive_reading.goals(sets, ["p"], tasks=("a", "b"))["per_task_ok"] is False
+    sets[adaptive_reading.MIXED]["rows"][0]["vs_best_fixed_low"] = 0.99  # interval covers 1.0
+    assert adaptive_reading.goals(sets, ["p"], tasks=("a", "b"))["mixed_ok"] is False
     # The held-out reference is judged apart: absent (results of one round), never met.
-    goals = adaptive_real.goals(sets, ["p"], tasks=("a", "b"))
+    goals = adaptive_reading.goals(sets, ["p"], tasks=("a", "b"))
     assert goals["per_task_ok_held_out"] is False and goals["mixed_ok_held_out"] is False
     held = dict(vs_held_out=1.05, vs_held_out_low=1.02, vs_held_out_high=1.1)
-    for name in ("a", "b", adaptive_real.MIXED):
+    for name in ("a", "b", adaptive_reading.MIXED):
         sets[name]["rows"][0].update(held)
-    goals = adaptive_real.goals(sets, ["p"], tasks=("a", "b"))
+    goals = adaptive_reading.goals(sets, ["p"], tasks=("a", "b"))
     assert goals["per_task_ok_held_out"] is True and goals["mixed_ok_held_out"] is True
     assert goals["per_task_ok"] is False  # the after-the-fact reference still fails task b
     sets["a"]["rows"][0]["vs_held_out_low"] = 0.965
-    assert adaptive_real.goals(sets, ["p"], tasks=("a", "b"))["per_task_ok_held_out"] is False
+    assert adaptive_reading.goals(sets, ["p"], tasks=("a", "b"))["per_task_ok_held_out"] is False
 
 
 def test_the_report_is_a_function_of_the_saved_results(run):
@@ -272,9 +314,9 @@ def test_prompt_lookup_under_every_policy_is_greedy_identical(tmp_path, monkeypa
     (block,) = results["blocks"]
     assert results["draft"] == "prompt lookup" and results["c"] == 0.0
     assert block["greedy_identical"] is True
-    mixed = block["sets"][adaptive_real.MIXED]["rows"]
+    mixed = block["sets"][adaptive_reading.MIXED]["rows"]
     assert [r["decoder"] for r in mixed] == ["fixed1", "fixed2", *c.policies]
-    assert list(block["sets"]) == ["echo", "count", adaptive_real.MIXED]
+    assert list(block["sets"]) == ["echo", "count", adaptive_reading.MIXED]
     assert results["tasks"] == ["echo", "count"] and results["prompts_file"] == c.prompts_file
     c.prompts_file = os.path.join(tmp_path, "mixed.jsonl")
     with open(c.prompts_file, "w", encoding="utf-8") as f:

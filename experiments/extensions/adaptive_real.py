@@ -25,7 +25,9 @@ rounds' ms/token is the ratio of their seconds times a constant). Picking the be
 seeing the data favours the fixed γ: the ratios are conservative for the policies. Each set is
 also compared with a fixed γ picked on held-out rounds (`timing.held_out_fastest`: the even
 rounds read the γ fastest on the odd ones and the other way round), which has no winner's curse;
-a policy's true ratio lies between the two.
+a policy's true ratio lies between the two. Each row keeps the process CPU time of the same
+calls too ("ms_per_token_cpu_samples"); `adaptive_reading` reads a stored run again, on either
+clock.
 
 Goals checked in the report: the best policy (by its mixed-set ratio) has a lower 95 % bound
 >= 0.97 against the best fixed γ of every task, and on the mixed set a speedup over the single
@@ -44,7 +46,6 @@ import numpy as np
 from experiments.common import real_drafts
 from experiments.common.real_prompts import (
     SAMPLE_PROMPTS,
-    TASKS,
     Prompt,
     by_task,
     prompt_set,
@@ -56,23 +57,23 @@ from experiments.extensions.adaptive import (
     needs_iteration_costs,
     policy_of,
 )
+from experiments.extensions.adaptive_reading import (
+    MIXED,
+    fixed_gamma,
+    goals,
+    held_out,
+    versus_best,
+)
 from experiments.extensions.ceiling import format_ceiling, per_task_ceiling
 from specjax.benchmark.costs import call_cost
-from specjax.benchmark.timing import held_out_fastest, interleaved, ratio_interval
+from specjax.benchmark.timing import interleaved
 from specjax.decoding import LookupDrafter, SpeculativeDecoder, make_warper, summarize_stats
-
-MIXED = "mixed"
 
 
 def prompt_bucket(ids, cache_len: int) -> int:
     """One padded prompt width for every prompt (one program per decoder): the next power of
     two at or above the longest prompt, at most cache_len."""
     return min(1 << (max(len(x) for x in ids) - 1).bit_length(), cache_len)
-
-
-def _fixed_gamma(label: str) -> float:
-    """γ of a "fixed<γ>" decoder (NaN for a policy without its own counter)."""
-    return float(label[5:]) if label.startswith("fixed") and label[5:].isdigit() else float("nan")
 
 
 def _block(timed: dict, labels, fixed, sets) -> dict:
@@ -82,63 +83,26 @@ def _block(timed: dict, labels, fixed, sets) -> dict:
     """
     out = {}
     for name, tasks in sets.items():
-        per = {}
+        rows = []
         for label in labels:
             outputs = [r for task in tasks for r in timed[(label, task)].output]
             s = summarize_stats([r.stats for r in outputs])
-            seconds = np.sum([timed[(label, task)].samples for task in tasks], axis=0)
-            per[label] = dict(
-                decoder=label,
-                ms_per_token_samples=(seconds * 1e3 / max(s["tokens_emitted"], 1)).tolist(),
-                tokens=s["tokens_emitted"],
-                tokens_per_target_call=s["tokens_emitted"] / s["target_calls"],
-                alpha=s["alpha_empirical"],
-                mean_gamma=s.get("mean_gamma", _fixed_gamma(label)),
+            per_ms = 1e3 / max(s["tokens_emitted"], 1)
+            wall = np.sum([timed[(label, task)].samples for task in tasks], axis=0)
+            cpu = np.sum([timed[(label, task)].cpu_samples for task in tasks], axis=0)
+            rows.append(
+                dict(
+                    decoder=label,
+                    ms_per_token_samples=(wall * per_ms).tolist(),
+                    ms_per_token_cpu_samples=(cpu * per_ms).tolist(),
+                    tokens=s["tokens_emitted"],
+                    tokens_per_target_call=s["tokens_emitted"] / s["target_calls"],
+                    alpha=s["alpha_empirical"],
+                    mean_gamma=s.get("mean_gamma", fixed_gamma(label)),
+                )
             )
-            per[label]["ms_per_token"] = float(np.median(per[label]["ms_per_token_samples"]))
-        best = min(fixed, key=lambda g: per[g]["ms_per_token"])
-        for row in per.values():
-            row["vs_best_fixed"] = per[best]["ms_per_token"] / row["ms_per_token"]
-            interval = ratio_interval(
-                per[best]["ms_per_token_samples"], row["ms_per_token_samples"]
-            )
-            row["vs_best_fixed_low"], row["vs_best_fixed_high"] = interval or (None, None)
-        out[name] = held_out(dict(best_fixed=best, rows=list(per.values())), fixed)
+        out[name] = held_out(versus_best(dict(rows=rows), fixed), fixed)
     return out
-
-
-def held_out(set_block: dict, fixed) -> dict:
-    """Adds to one set's rows their speedup over the fixed γ picked on held-out rounds.
-
-    set_block: {"rows": [...]} with each row's "decoder" and "ms_per_token_samples"; fixed: the
-    fixed-γ labels. Sets "held_out_picks" (per fold) and each row's "vs_held_out" (median
-    ratio) with its 95 % interval ("_low", "_high"), None with one round. Returns set_block.
-    """
-    samples = {r["decoder"]: r["ms_per_token_samples"] for r in set_block["rows"]}
-    held = held_out_fastest({g: samples[g] for g in fixed})
-    reference, picks = held or (None, None)
-    for row in set_block["rows"]:
-        own = row["ms_per_token_samples"]
-        row["vs_held_out"] = None if held is None else float(np.median(reference) / np.median(own))
-        interval = None if held is None else ratio_interval(reference, own)
-        row["vs_held_out_low"], row["vs_held_out_high"] = interval or (None, None)
-    set_block["held_out_picks"] = picks
-    return set_block
-
-
-def rederive(results: dict) -> dict:
-    """Results saved before the held-out reference existed, with it, the goals and the per-task
-    ceiling recomputed from their stored rounds (nothing is measured again). Returns results,
-    updated."""
-    for block in results["blocks"]:
-        labels = [r["decoder"] for r in block["sets"][MIXED]["rows"]]
-        fixed = [x for x in labels if not np.isnan(_fixed_gamma(x))]  # not fixed_via_adaptive
-        for set_block in block["sets"].values():
-            held_out(set_block, fixed)
-        tasks = [name for name in block["sets"] if name != MIXED]
-        block["goals"] = goals(block["sets"], results["policies"], tasks)
-        block["ceiling"] = per_task_ceiling(block["sets"], fixed, tasks, MIXED)
-    return results
 
 
 def _identical(timed: dict, labels, reference: str, tasks) -> bool:
@@ -150,32 +114,6 @@ def _identical(timed: dict, labels, reference: str, tasks) -> bool:
             if not all(np.array_equal(a, b) for a, b in zip(ours, ref, strict=True)):
                 return False
     return True
-
-
-def goals(block: dict, policies, tasks=TASKS) -> dict:
-    """The issue's two goals on one temperature's sets (see the module docstring).
-
-    Returns {"best_policy", "per_task_low": {task: lower bound vs that task's best fixed γ},
-    "per_task_ok", "mixed": [ratio, low, high], "mixed_ok"}, and the same four against the
-    fixed γ picked on held-out rounds (suffix "_held_out"); the bounds are None with one round.
-    """
-
-    def row(set_name, label):
-        return next(r for r in block[set_name]["rows"] if r["decoder"] == label)
-
-    best = max(policies, key=lambda p: row(MIXED, p)["vs_best_fixed"])
-    out = dict(best_policy=best)
-    for suffix, key in (("", "vs_best_fixed"), ("_held_out", "vs_held_out")):
-        lows = {t: row(t, best).get(f"{key}_low") for t in tasks}
-        mixed = row(MIXED, best)
-        low = mixed.get(f"{key}_low")
-        out |= {
-            f"per_task_low{suffix}": lows,
-            f"per_task_ok{suffix}": all(v is not None and v >= 0.97 for v in lows.values()),
-            f"mixed{suffix}": [mixed.get(key), low, mixed.get(f"{key}_high")],
-            f"mixed_ok{suffix}": low is not None and low > 1.0,
-        }
-    return out
 
 
 def run(c, workdir: str, log=print) -> dict:
@@ -363,6 +301,7 @@ def report(results: dict) -> str:
     head = (
         f"Target {results['target']}, draft {results['draft']} (c = {results['c']:.3f}), "
         f"device {results['device']}; {results['per_task']} prompts per task, up to "
-        f"{results['max_new_tokens']} new tokens, {results['repeats']} interleaved rounds."
+        f"{results['max_new_tokens']} new tokens, {results['repeats']} interleaved rounds"
+        f"{', process CPU clock' if results.get('clock') == 'cpu' else ', wall clock'}."
     )
     return "\n\n".join([head] + [report_block(b) for b in results["blocks"]])
