@@ -315,3 +315,18 @@ def test_hierarchical_cost_model_on_hand_numbers():
     assert theory.hierarchical_speedup(0.5, 1, {1: 10.0, 2: 11.0}, *inner) == pytest.approx(1.25)
     with pytest.raises(ValueError, match="T_middle\\(3\\)"):
         theory.hierarchical_draft_cost(0.5, 2, {1: 1.0, 2: 1.2}, 0.3)
+
+
+def test_iteration_time_is_t_of_gamma_plus_one_plus_gamma_draft_steps():
+    # T = (1.0, 1.2, 1.3), by hand: γ = 1 costs T(2) + 0.1 = 1.3, γ = 2 costs T(3) + 2 * 0.1 = 1.5.
+    curve, gamma, time = theory.iteration_time([1.0, 1.2, 1.3], [1, 2], 0.1)
+    np.testing.assert_allclose(time, [1.3, 1.5])
+    np.testing.assert_array_equal(curve, [1.0, 1.2, 1.3])
+    assert gamma.tolist() == [1, 2]
+    names = ("t_middle", "gamma_inner", "t_small", "T_middle")
+    with pytest.raises(
+        ValueError, match=r"t_middle covers k = 1..3, but gamma_inner = 3 needs T_middle\(4\)"
+    ):
+        theory.iteration_time([1.0, 1.2, 1.3], 3, 0.1, names)
+    with pytest.raises(ValueError, match="t_small must be >= 0"):
+        theory.iteration_time([1.0, 1.2], 1, -0.1, names)

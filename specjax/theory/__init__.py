@@ -18,7 +18,12 @@ and their text), `simulation` (Monte-Carlo iterations). Import from here: `from 
 theory; theory.walltime_improvement(...)`.
 """
 
-from specjax.theory.costs import cost_curve, measured_optimal_gamma, measured_speedup
+from specjax.theory.costs import (
+    cost_curve,
+    iteration_time,
+    measured_optimal_gamma,
+    measured_speedup,
+)
 from specjax.theory.divergences import acceptance_rate, expected_alpha, total_variation
 from specjax.theory.formulas import (
     arithmetic_operations_factor,
@@ -43,6 +48,7 @@ __all__ = [
     "optimal_gamma",
     "oracle_bound",
     "cost_curve",
+    "iteration_time",
     "measured_speedup",
     "measured_optimal_gamma",
     "hierarchical_draft_cost",

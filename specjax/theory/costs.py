@@ -56,16 +56,32 @@ def measured_speedup(alpha, gamma, t_target, t_draft) -> np.ndarray:
     Returns:
       float64 array of the broadcast shape of `alpha`, `gamma` and `t_draft`.
     """
-    curve = cost_curve(t_target)  # [K]
-    gamma = _check_gamma(gamma)
-    t_draft = _check_nonnegative(t_draft, "t_draft")
+    curve, gamma, time = iteration_time(t_target, gamma, t_draft)
+    return expected_tokens_per_iteration(alpha, gamma) * curve[0] / time
+
+
+def iteration_time(t_curve, gamma, t_step, names=("t_target", "gamma", "t_draft", "T_target")):
+    """One iteration's time, T(γ + 1) + γ t_step, with its arguments checked.
+
+    Args:
+      t_curve: the scoring model's cost curve, see `cost_curve`; needs T(γ + 1).
+      gamma: drafted tokens per iteration, integers >= 1.
+      t_step: time of one draft step (same unit), >= 0.
+      names: the arguments' names in error messages (curve, γ, step, T).
+
+    Returns:
+      (curve [K], gamma as int64, the iteration time), broadcast like `gamma` and `t_step`.
+    """
+    curve_name, gamma_name, step_name, t_name = names
+    curve = cost_curve(t_curve)  # [K]
+    gamma = _check_gamma(gamma, gamma_name)
+    t_step = _check_nonnegative(t_step, step_name)
     if np.max(gamma) + 1 > curve.size:
         raise ValueError(
-            f"t_target covers k = 1..{curve.size}, but gamma = {int(np.max(gamma))} needs "
-            f"T_target({int(np.max(gamma)) + 1})"
+            f"{curve_name} covers k = 1..{curve.size}, but {gamma_name} = {int(np.max(gamma))} "
+            f"needs {t_name}({int(np.max(gamma)) + 1})"
         )
-    iteration_time = curve[gamma] + gamma * t_draft  # curve[gamma] is T(gamma + 1)
-    return expected_tokens_per_iteration(alpha, gamma) * curve[0] / iteration_time
+    return curve, gamma, curve[gamma] + gamma * t_step  # curve[gamma] is T(gamma + 1)
 
 
 def measured_optimal_gamma(alpha, t_target, t_draft) -> np.ndarray:

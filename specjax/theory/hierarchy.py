@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specjax.theory._checks import _check_gamma, _check_nonnegative
-from specjax.theory.costs import cost_curve, measured_speedup
+from specjax.theory.costs import iteration_time, measured_speedup
 from specjax.theory.formulas import expected_tokens_per_iteration
 
 
@@ -26,15 +25,8 @@ def hierarchical_draft_cost(alpha_inner, gamma_inner, t_middle, t_small) -> np.n
     Returns:
       float64 array of the broadcast shape of the arguments.
     """
-    curve = cost_curve(t_middle)
-    gamma_inner = _check_gamma(gamma_inner, "gamma_inner")
-    t_small = _check_nonnegative(t_small, "t_small")
-    if np.max(gamma_inner) + 1 > curve.size:
-        raise ValueError(
-            f"t_middle covers k = 1..{curve.size}, but gamma_inner = {int(np.max(gamma_inner))} "
-            f"needs T_middle({int(np.max(gamma_inner)) + 1})"
-        )
-    inner_iteration = curve[gamma_inner] + gamma_inner * t_small  # curve[g] is T(g + 1)
+    names = ("t_middle", "gamma_inner", "t_small", "T_middle")
+    _, gamma_inner, inner_iteration = iteration_time(t_middle, gamma_inner, t_small, names)
     return inner_iteration / expected_tokens_per_iteration(alpha_inner, gamma_inner)
 
 
