@@ -4,7 +4,7 @@ target, a fixed γ against the same γ through the adaptive drafter and a loop-c
     python scripts/probe_policy_cost.py --task=qa --gamma=2 --rounds=20
 
 The adaptive-γ run (`configs/extensions.py:smollm2`) times seven decoders on six tasks in
-every round, so a task's two sides of a ratio are up to a round apart. This probe times only
+every round, so a task's ratios share a round with the other tasks' noise. This probe times only
 three decoders on one task's prompts (the first `--per_task` of `experiments/common/
 real_prompts`, through the chat template, greedy, one `generate` call per prompt), with the
 round order rotated (`timing.interleaved(rotate=True)`):

@@ -66,15 +66,7 @@ def rederive(results: dict) -> dict:
     """Results saved before the held-out reference existed, with it, the goals and the per-task
     ceiling recomputed from their stored rounds (nothing is measured again). Returns results,
     updated."""
-    for block in results["blocks"]:
-        labels = [r["decoder"] for r in block["sets"][MIXED]["rows"]]
-        fixed = [x for x in labels if not np.isnan(fixed_gamma(x))]  # not fixed_via_adaptive
-        for set_block in block["sets"].values():
-            held_out(set_block, fixed)
-        tasks = [name for name in block["sets"] if name != MIXED]
-        block["goals"] = goals(block["sets"], results["policies"], tasks)
-        block["ceiling"] = per_task_ceiling(block["sets"], fixed, tasks, MIXED)
-    return results
+    return _judge(results, rank=False)
 
 
 def on_cpu_clock(results: dict) -> dict:
@@ -84,19 +76,27 @@ def on_cpu_clock(results: dict) -> dict:
     saved before CPU samples were kept."""
     out = copy.deepcopy(results)
     for block in out["blocks"]:
-        labels = [r["decoder"] for r in block["sets"][MIXED]["rows"]]
-        fixed = [x for x in labels if not np.isnan(fixed_gamma(x))]
         for set_block in block["sets"].values():
             for row in set_block["rows"]:
                 if "ms_per_token_cpu_samples" not in row:
                     raise ValueError("results: no CPU samples (saved before they were kept)")
                 row["ms_per_token_samples"] = row["ms_per_token_cpu_samples"]
-            held_out(versus_best(set_block, fixed), fixed)
-        tasks = [name for name in block["sets"] if name != MIXED]
-        block["goals"] = goals(block["sets"], out["policies"], tasks)
-        block["ceiling"] = per_task_ceiling(block["sets"], fixed, tasks, MIXED)
     out["clock"] = "cpu"
-    return out
+    return _judge(out, rank=True)
+
+
+def _judge(results: dict, rank: bool) -> dict:
+    """Every block's references, goals and ceiling from its rows' "ms_per_token_samples"
+    (rank: the best fixed γ after the fact and each row's ratio to it too). Updates results."""
+    for block in results["blocks"]:
+        labels = [r["decoder"] for r in block["sets"][MIXED]["rows"]]
+        fixed = [x for x in labels if not np.isnan(fixed_gamma(x))]  # not fixed_via_adaptive
+        for set_block in block["sets"].values():
+            held_out(versus_best(set_block, fixed) if rank else set_block, fixed)
+        tasks = [name for name in block["sets"] if name != MIXED]
+        block["goals"] = goals(block["sets"], results["policies"], tasks)
+        block["ceiling"] = per_task_ceiling(block["sets"], fixed, tasks, MIXED)
+    return results
 
 
 def goals(block: dict, policies, tasks=TASKS) -> dict:

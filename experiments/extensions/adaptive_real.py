@@ -68,12 +68,13 @@ from experiments.extensions.ceiling import format_ceiling, per_task_ceiling
 from specjax.benchmark.costs import call_cost
 from specjax.benchmark.timing import interleaved
 from specjax.decoding import LookupDrafter, SpeculativeDecoder, make_warper, summarize_stats
+from specjax.decoding.prompts import bucket_length
 
 
 def prompt_bucket(ids, cache_len: int) -> int:
     """One padded prompt width for every prompt (one program per decoder): the next power of
     two at or above the longest prompt, at most cache_len."""
-    return min(1 << (max(len(x) for x in ids) - 1).bit_length(), cache_len)
+    return min(bucket_length(max(len(x) for x in ids), min_bucket=1), cache_len)
 
 
 def _block(timed: dict, labels, fixed, sets) -> dict:
