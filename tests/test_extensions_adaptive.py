@@ -38,6 +38,20 @@ def test_every_decoder_is_measured_within_what_gamma_allows(run):
         assert 1.0 <= r["mean_gamma"] <= gamma, name
         assert 0.0 <= r["alpha"] <= 1.0, name
         assert r["ms_per_token"] > 0, name
+        # Each ratio recomputed from the stored counts, and the tokens from the config: one
+        # call per prompt, no EOS, so every decoder emits prompts x max_new_tokens.
+        n = r["counts"]
+        assert n["tokens_emitted"] == c.prompts * c.max_new_tokens, name
+        assert r["tokens_per_target_call"] == n["tokens_emitted"] / n["target_calls"], name
+        assert r["draft_calls_per_token"] == n["draft_calls"] / n["tokens_emitted"], name
+        assert 0 <= n["accepted"] <= n["tested"] and r["alpha"] == n["accepted"] / n["tested"]
+        hist = n["drafted_histogram"]
+        if hist is None:  # a fixed γ without the adaptive drafter drafts γ every iteration
+            assert name.startswith("fixed") and r["mean_gamma"] == gamma, name
+        else:
+            assert len(hist) == gamma + 1, name
+            mean = sum(i * h for i, h in enumerate(hist)) / sum(hist)
+            assert r["mean_gamma"] == pytest.approx(mean, rel=1e-12), name
     # The reference by hand: the fixed γ with the least ms/token, and every row's ratio to it.
     fixed_ms = {f"fixed{g}": rows[f"fixed{g}"]["ms_per_token"] for g in c.gammas}
     assert block["best_fixed"] == min(fixed_ms, key=fixed_ms.get)

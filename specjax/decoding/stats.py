@@ -36,7 +36,8 @@ def summarize_stats(stats: list) -> dict:
         # Acceptance events over acceptance trials: each iteration tests a row's drafts until
         # the first rejection or its last drafted token.
         accepted = int(accepted_at.sum())
-        out["alpha_empirical"] = accepted / max(int(tested_at.sum()), 1)
+        out["accepted"], out["tested"] = accepted, int(tested_at.sum())
+        out["alpha_empirical"] = accepted / max(out["tested"], 1)
         # Tokens per iteration as the sampler produced them (n + 1), before EOS / budget
         # truncation of a row's last iteration: what (1 - α^{γ+1}) / (1 - α) predicts.
         out["sampler_tokens_per_iteration"] = 1.0 + accepted / max(iterations, 1)
