@@ -39,6 +39,21 @@ def test_every_configuration_is_measured(results):
         assert len(kinds["3L"]) == grid * len(cfg.inner_gammas)
         assert len(kinds["2L-middle"]) == len(kinds["2L-small"]) == grid
         assert len(kinds["inner"]) == len(cfg.inner_gammas)
+        for row in rows:
+            # Each ratio recomputed exactly from the stored counts, and the tokens from the
+            # config: one call per prompt, no EOS, so every decoder emits prompts x new tokens.
+            n, name = row["counts"], row["name"]
+            assert n["tokens_emitted"] == cfg.num_prompts * cfg.max_new_tokens, name
+            assert row["tokens_per_iteration"] == n["tokens_emitted"] / n["row_iterations"], name
+            assert row["draft_calls_per_iteration"] == n["draft_calls"] / n["target_calls"], name
+            assert row["tokens_per_s"] * row["iteration_ms"] == pytest.approx(
+                n["tokens_emitted"] / n["target_calls"] * 1e3, rel=1e-9
+            ), name
+            if row["kind"] in ("ar", "ar_mid"):
+                assert n["tested"] is None and row["alpha"] is None, name
+            else:
+                assert 0 <= n["accepted"] <= n["tested"], name
+                assert row["alpha"] == n["accepted"] / n["tested"], name
         for row in kinds["3L"]:
             # The inner level runs until every row has gamma + 1 tokens: at least one middle
             # call per outer iteration, and tokens per iteration within [1, gamma + 1].

@@ -53,6 +53,18 @@ def test_figures_are_sane_and_consistent(run):
         depth = {"ar": 0, "chain": r.get("gamma"), "tree": r.get("depth")}[r["kind"]]
         assert 1.0 <= r["tokens_per_call"] <= depth + 1, name
         assert 1.0 <= r["emitted_per_call"] <= r["tokens_per_call"] + 1e-9, name
+        # Both ratios recomputed exactly from the stored counts; batch-1 calls of the stats
+        # prompts, no EOS, so each emits the configured tokens and iterations are calls.
+        n = r["counts"]
+        assert n["tokens_emitted"] == config.stats_prompts * config.max_new_tokens, name
+        assert n["row_iterations"] == n["target_calls"], name
+        assert r["emitted_per_call"] == n["tokens_emitted"] / n["target_calls"], name
+        if r["kind"] == "ar":
+            assert n["tested"] is None and r["tokens_per_call"] == 1.0, name
+        else:
+            assert 0 <= n["accepted"] <= n["tested"], name
+            assert r["tokens_per_call"] == 1.0 + n["accepted"] / n["row_iterations"], name
+            assert r["alpha_empirical"] == n["accepted"] / n["tested"], name
         assert r["matches_ar"] is True, name  # greedy: every decoder is AR, token for token
         assert math.isfinite(r["speedup_wall"]) and r["speedup_wall"] > 0, name
         assert len(r["wall_samples"]) == config.repeats

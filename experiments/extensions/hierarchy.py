@@ -242,6 +242,10 @@ def predict_composed(rows: list) -> None:
 # -- the experiment ----------------------------------------------------------------------------
 
 
+# Counters stored beside each row's ratios (None where a decoder does not keep one).
+_COUNTS = ("tokens_emitted", "row_iterations", "target_calls", "draft_calls", "accepted", "tested")
+
+
 def measure_temperature(cfg, models, prompts, t: float, costs: dict, log=print) -> list:
     """Every decoder at temperature t: timings and statistics, one row each.
 
@@ -279,6 +283,8 @@ def measure_temperature(cfg, models, prompts, t: float, costs: dict, log=print) 
             alpha=summary.get("alpha_empirical"),
             tokens_per_iteration=summary["tokens_per_iteration"],
             draft_calls_per_iteration=summary["draft_calls"] / max(summary["target_calls"], 1),
+            # The counts behind those ratios (pooled over prompts), so readers can recompute them.
+            counts={k: summary.get(k) for k in _COUNTS},
         )
         rows.append(row)
     by_name = {r["name"]: r for r in rows}

@@ -159,6 +159,10 @@ def _decoders(config, target, draft, warper, specs) -> dict:
     return out
 
 
+# Counters stored beside each row's per-call ratios (None where a decoder does not keep one).
+_COUNTS = ("tokens_emitted", "row_iterations", "target_calls", "accepted", "tested")
+
+
 def measure_temperature(config, target, tparams, draft, dparams, t, specs, prompts, stat_prompts):
     """Every decoder of one draft at temperature t: timings, tokens per call, statistics."""
     warper = make_warper(t)
@@ -208,6 +212,8 @@ def measure_temperature(config, target, tparams, draft, dparams, t, specs, promp
             alpha_empirical=summary.get("alpha_empirical"),
             accepted_depth_histogram=summary.get("accepted_depth_histogram"),
             accepted_rank_by_depth=summary.get("accepted_rank_by_depth"),
+            # The counts behind the per-call ratios (the statistics prompts, pooled).
+            counts={k: summary.get(k) for k in _COUNTS},
         )
         rows[name] = row
     ar_row = rows["ar"]
