@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import json
+import types
 
 import jax
 import jax.numpy as jnp
@@ -227,8 +228,33 @@ def test_bad_layers_are_named():
     with pytest.raises(ValueError, match="feature_layers"):
         EagleHead(target, feature_layers=(1, 1))
     assert eagle3_layers(30) == (1, 14, 26)
-    with pytest.raises(ValueError, match="num_layers"):
-        eagle3_layers(3)
+    # EAGLE-3's indices (hidden_states[2], [n // 2], [n - 3]) as blocks, written out here:
+    # three distinct increasing blocks from 7 layers on, and a clear error below that (at 4-6
+    # two of them coincide, which the head would refuse with a less telling message).
+    for n in range(7, 65):
+        assert eagle3_layers(n) == (1, n // 2 - 1, n - 4)
+        assert 0 < n // 2 - 1 < n - 4 < n
+    for n in (3, 4, 5, 6, True, 7.0):
+        with pytest.raises(ValueError, match="num_layers"):
+            eagle3_layers(n)
+
+
+def test_the_trainer_reads_distinct_blocks_of_any_depth():
+    """experiments/heads/train.head_layers: EAGLE-3's blocks from 7 on, else the first, middle
+    and last (up to three); every choice is one the head accepts."""
+    import ml_collections
+
+    from experiments.heads.train import head_layers
+
+    config = ml_collections.ConfigDict({"head": "eagle3"})
+    want = {1: (0,), 2: (0, 1), 3: (0, 1, 2), 4: (0, 1, 3), 5: (0, 2, 4), 6: (0, 2, 5)}
+    for n in range(1, 9):
+        model = types.SimpleNamespace(config=types.SimpleNamespace(num_layers=n))
+        got = head_layers(config, model)
+        assert got == want.get(n, (1, n // 2 - 1, n - 4)), n
+        assert list(got) == sorted(set(got)) and all(0 <= i < n for i in got), n
+    model = types.SimpleNamespace(config=types.SimpleNamespace(num_layers=30))
+    assert head_layers(ml_collections.ConfigDict({"head": "eagle1"}), model) == ()
 
 
 def test_training_an_eagle3_head(tmp_path):

@@ -62,13 +62,15 @@ def _tiny_data(model, params, config, layers: tuple = ()) -> FeatureData:
 
 def head_layers(config, model) -> tuple:
     """The target blocks an EAGLE-3 head reads: `config.feature_layers`, or EAGLE-3's low,
-    middle and high (`eagle3_layers`; the tiny two-layer target: both blocks); () otherwise."""
+    middle and high (`eagle3_layers`, from 7 blocks on; a shallower target: its first, middle
+    and last blocks, all of them up to three, e.g. both of the tiny two-layer target's); ()
+    otherwise."""
     if config.head != "eagle3":
         return ()
     if config.get("feature_layers"):
         return tuple(int(i) for i in config.feature_layers)
     n = model.config.num_layers
-    return tuple(range(n)) if n < 4 else eagle3_layers(n)
+    return eagle3_layers(n) if n >= 7 else tuple(sorted({0, (n - 1) // 2, n - 1}))
 
 
 def load_target(name: str):

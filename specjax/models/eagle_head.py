@@ -221,9 +221,16 @@ class EagleHead:
 
 def eagle3_layers(num_layers: int) -> tuple:
     """EAGLE-3's low, middle and high blocks (0-based) of a `num_layers` target: the outputs its
-    code reads as hidden_states[2], [n // 2] and [n - 3] (index 0 being the embeddings)."""
-    if num_layers < 4:
-        raise ValueError(f"num_layers must be >= 4 for three distinct layers, got {num_layers}")
+    code reads as hidden_states[2], [n // 2] and [n - 3] (index 0 being the embeddings).
+
+    Those are three distinct, increasing blocks only from 7 layers on (at 4-6 two of them
+    coincide); a shallower target gets a ValueError naming `num_layers`: pass the head's
+    `feature_layers` yourself."""
+    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 7:
+        raise ValueError(
+            f"num_layers must be an integer >= 7 for EAGLE-3's three distinct blocks "
+            f"(1, n // 2 - 1, n - 4), got {num_layers!r}; pass EagleHead(feature_layers=...)"
+        )
     return (1, num_layers // 2 - 1, num_layers - 4)
 
 
