@@ -21,6 +21,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 import specjax
+from experiments.common.config_checks import check_config
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CONFIG_DIR = os.path.join(_REPO_ROOT, "configs")
@@ -78,11 +79,13 @@ def run_mode(mode: str, config, workdir: str) -> None:
 
     Args:
       mode: a key of `MODES`.
-      config: the ConfigDict for that mode.
+      config: the ConfigDict for that mode (its common fields are checked first:
+        `experiments/common/config_checks.py`).
       workdir: output directory (created if missing).
     """
     if mode not in MODES:
         raise ValueError(f"--mode={mode!r} is not one of {sorted(MODES)}")
+    check_config(config)  # γ, temperatures, repeats, ...: named, before any model is loaded
     os.makedirs(workdir, exist_ok=True)
     module = importlib.import_module(MODES[mode])
     module.run(config, workdir)

@@ -1,0 +1,82 @@
+"""Checks of the config fields every experiment reads the same way, before anything runs.
+
+A mode reads `gammas`, `temperatures`, `repeats`, `max_new_tokens` and their kin deep inside
+its pipeline: a `gammas=0` reached the decoder only after the models were loaded (or trained),
+and a `repeats=0` failed at the end of the timing with "min() arg is an empty sequence". The
+launcher checks them first (`experiments/main.run_mode`), wherever they sit in the ConfigDict
+(`config.adaptive.gammas` too), and names the field: "config.gammas[0] = 0: ...". Only names
+with one meaning across configs/ are checked; a mode still checks the rest itself.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_collections
+
+# Fields that are counts of at least one: timed rounds, tokens, prompts.
+POSITIVE_INTS = frozenset(
+    {
+        "repeats",
+        "timing_repeats",
+        "cost_repeats",
+        "cost_rounds",
+        "alpha_rounds",
+        "max_new_tokens",
+        "gamma",
+        "gamma_max",
+    }
+)
+# Non-empty sequences of γ values (each an integer >= 1).
+GAMMA_LISTS = frozenset({"gammas", "outer_gammas", "inner_gammas"})
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_temperature(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} = {value!r}: a temperature must be a number >= 0 (0: greedy)")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} = {value!r}: a temperature must be a finite number >= 0")
+
+
+def _check_field(name: str, key: str, value) -> None:
+    if key in POSITIVE_INTS and value is not None:
+        if not _is_int(value) or value < 1:
+            raise ValueError(f"{name} = {value!r}: must be an integer >= 1")
+    elif key in GAMMA_LISTS:
+        if not isinstance(value, (tuple, list)) or not value:
+            raise ValueError(f"{name} = {value!r}: must be a non-empty sequence of γ >= 1")
+        for i, g in enumerate(value):
+            if not _is_int(g) or g < 1:
+                raise ValueError(f"{name}[{i}] = {g!r}: every γ must be an integer >= 1")
+    elif key == "temperatures":
+        if not isinstance(value, (tuple, list)) or not value:
+            raise ValueError(f"{name} = {value!r}: must be a non-empty sequence of temperatures")
+        for i, t in enumerate(value):
+            _check_temperature(f"{name}[{i}]", t)
+    elif key == "temperature" and value is not None:
+        _check_temperature(name, value)
+    elif key == "top_p" and value is not None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise ValueError(f"{name} = {value!r}: top_p must be in (0, 1]")
+    elif key == "top_k" and value is not None:
+        if not _is_int(value) or value < 0:
+            raise ValueError(f"{name} = {value!r}: top_k must be an integer >= 0 (0: off)")
+
+
+def check_config(config: ml_collections.ConfigDict, prefix: str = "config") -> None:
+    """Raises ValueError naming the first field of `config` (nested ones too) that is out of range.
+
+    Args:
+      config: a mode's ConfigDict (as `configs/*.py:get_config` returns it, options applied).
+      prefix: the name the message gives the root ("config").
+    """
+    for key, value in config.items():
+        name = f"{prefix}.{key}"
+        if isinstance(value, ml_collections.ConfigDict):
+            check_config(value, name)
+        else:
+            _check_field(name, key, value)
