@@ -35,7 +35,12 @@ from specjax.decoding import (
     SpeculativeDecoder,
     make_warper,
 )
-from specjax.models.interface import check_vocab, trained_context, warn_beyond_trained_context
+from specjax.models.interface import (
+    check_params,
+    check_vocab,
+    trained_context,
+    warn_beyond_trained_context,
+)
 from specjax.pretrained import load_pretrained_pair
 
 DEFAULT_CACHE_LEN = 512
@@ -146,6 +151,9 @@ class Pipeline:
         self.draft_params = {} if draft_params is None else draft_params
         self.tokenizer = tokenizer
         models = (target,) if draft is None else (target, draft)
+        # Params that do not fit their model are named now, not at the first generate.
+        params = (target_params,) if draft is None else (target_params, self.draft_params)
+        check_params(models, params, ("target_params", "draft_params")[: len(models)])
         self.cache_len = _default_cache_len(*models) if cache_len is None else cache_len
         _check_int(self.cache_len, "cache_len", 2)
         warn_beyond_trained_context(self.cache_len, target=target, draft=draft)

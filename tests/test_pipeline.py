@@ -136,6 +136,14 @@ def test_bad_input_is_named(pipe, tmp_path):
         specjax.Pipeline(TARGET, TARGET_PARAMS).generate("a", baseline=True)
     with pytest.raises(FileNotFoundError, match="draft=.*does not exist"):
         specjax.Pipeline.from_pretrained(target=tmp_path, draft=tmp_path / "missing")
+    # Params that do not fit their model are named when the pipeline is built, before any
+    # compile: the draft's missing (or swapped with the target's), the target's of another model.
+    with pytest.raises(ValueError, match="^draft_params do not fit"):
+        specjax.Pipeline(TARGET, TARGET_PARAMS, DRAFT)
+    with pytest.raises(ValueError, match="^draft_params do not fit"):
+        specjax.Pipeline(TARGET, TARGET_PARAMS, DRAFT, TARGET_PARAMS)
+    with pytest.raises(ValueError, match="^target_params do not fit"):
+        specjax.Pipeline(TARGET, DRAFT_PARAMS, DRAFT, DRAFT_PARAMS)
 
 
 def test_text_stream_holds_back_incomplete_characters():
