@@ -141,3 +141,13 @@ def test_bad_call_arguments():
         dec.generate(target_params(), PROMPTS, key=0, max_new_tokens=4)
     with pytest.raises(ValueError, match="vocabulary"):
         BeamSearchDecoder(NgramLM(1, 1))
+
+
+def test_nan_logits_are_named():
+    # The table model with one NaN row: rows whose beams read it are rejected, naming the target.
+    table = TABLE.copy()
+    table[3] = np.nan  # next-token law after token 3
+    dec = BeamSearchDecoder(TABLE_MODEL, num_beams=2, length_penalty=0.0, cache_len=16)
+    params = {"log_probs": jnp.asarray(np.log(table), jnp.float32)}
+    with pytest.raises(ValueError, match=r"^the target's logits contained NaN .* target_params"):
+        dec.generate(params, [np.array([1, 3])], max_new_tokens=2)

@@ -29,6 +29,7 @@ from specjax.decoding import (
     loop,
     make_warper,
 )
+from specjax.decoding.state import NAN_DRAFT, NAN_TARGET, nan_flags, nan_message
 from specjax.models import NgramLM, TransformerConfig, TransformerLM
 
 KEY = jax.random.PRNGKey(7)
@@ -431,10 +432,29 @@ def test_nan_params_raise_from_check_finite_result(ar, spec):
     poisoned["final_norm"] = dict(
         params["final_norm"], scale=params["final_norm"]["scale"] * np.nan
     )
-    with pytest.raises(ValueError, match="NaN"):
+    # The message names the model whose numbers went NaN, and the params to check.
+    target_nan = (
+        r"^the target's logits contained NaN for batch rows \[0, 1, 2, 3\] \(check target_params"
+    )
+    with pytest.raises(ValueError, match=target_nan):
         ar.generate(poisoned, list(PROMPTS), KEY, 3)
-    with pytest.raises(ValueError, match="NaN"):
+    with pytest.raises(ValueError, match=target_nan):
         decoder.generate(poisoned, draft_params, list(PROMPTS), KEY, 3)
-    # NaN in the draft alone is caught too (its q enters the acceptance rule).
-    with pytest.raises(ValueError, match="NaN"):
+    # NaN in the draft alone is caught too (its q enters the acceptance rule), and named.
+    with pytest.raises(ValueError, match="draft's probabilities contained NaN") as caught:
         decoder.generate(params, poisoned, list(PROMPTS), KEY, 3)
+    assert "check draft_params" in str(caught.value)
+
+
+def test_nan_flags_name_each_model_and_row():
+    # Hand-written flags: rows 1, 3 target NaN; rows 2, 3 draft NaN (bits NAN_TARGET, NAN_DRAFT).
+    flags = nan_flags(jnp.array([False, True, False, True]), jnp.array([False, False, True, True]))
+    assert flags.dtype == jnp.int32
+    np.testing.assert_array_equal(flags, [0, NAN_TARGET, NAN_DRAFT, NAN_TARGET | NAN_DRAFT])
+    np.testing.assert_array_equal(nan_flags(jnp.array([True, False])), [NAN_TARGET, 0])
+    assert nan_message(np.zeros(4, np.int32)) is None
+    assert nan_message(np.asarray(flags)) == (
+        "the target's logits contained NaN for batch rows [1, 3] (check target_params and the "
+        "prompts); the draft's probabilities contained NaN for batch rows [2, 3] (check "
+        "draft_params): the generated tokens of those rows are meaningless"
+    )

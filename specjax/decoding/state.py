@@ -18,6 +18,10 @@ from specjax.decoding.stats import summarize_stats
 from specjax.models.interface import per_row_axes
 from specjax.models.kv_cache import write_rows
 
+# Bits of `DecodeStats.nan_rows`: which model's numbers went NaN in a row.
+NAN_TARGET = 1
+NAN_DRAFT = 2
+
 
 @struct.dataclass
 class Sequences:
@@ -51,7 +55,8 @@ class DecodeStats:
       iterations: int32 [batch] loop iterations in which the row was still active.
       accepted_at: int32 [gamma] for each draft position i, how many (row, iteration) pairs
         accepted the i-th drafted token (empty for autoregressive decoding).
-      nan_rows: bool [batch] a row saw NaN logits (the result is then rejected on the host).
+      nan_rows: int32 [batch] which model gave a row NaN, as bits: NAN_TARGET (its logits),
+        NAN_DRAFT (the draft's probabilities); nonzero rows are rejected on the host.
       tested_at: int32 [gamma] for each draft position i, how many (row, iteration) pairs
         tested the i-th drafted token (a row tests its drafts until its first rejection or its
         last drafted token): the denominators of acceptance by position and of α. For a token
@@ -98,7 +103,7 @@ def init_stats(batch: int, gamma: int, branch: int | None = None) -> DecodeStats
         emitted=jnp.zeros((batch,), jnp.int32),
         iterations=jnp.zeros((batch,), jnp.int32),
         accepted_at=jnp.zeros((gamma,), jnp.int32),
-        nan_rows=jnp.zeros((batch,), bool),
+        nan_rows=jnp.zeros((batch,), jnp.int32),
         tested_at=jnp.zeros((gamma,), jnp.int32),
         accepted_rank=None if branch is None else jnp.zeros((gamma, branch), jnp.int32),
     )
@@ -181,11 +186,33 @@ class GenerationResult:
         return summarize_stats([self.stats])
 
 
+def nan_flags(nan_target: jax.Array, nan_draft: jax.Array | None = None) -> jax.Array:
+    """int32 [batch] bits for `DecodeStats.nan_rows` from bool [batch] flags (jittable)."""
+    flags = jnp.where(nan_target, NAN_TARGET, 0)
+    if nan_draft is not None:
+        flags = flags | jnp.where(nan_draft, NAN_DRAFT, 0)
+    return flags.astype(jnp.int32)
+
+
+def nan_message(nan_rows) -> str | None:
+    """What went NaN in which rows, naming the params to check (None if nothing did)."""
+    nan_rows = np.asarray(jax.device_get(nan_rows)).astype(np.int64)
+    parts = []
+    for bit, what, fix in (
+        (NAN_TARGET, "the target's logits", "target_params and the prompts"),
+        (NAN_DRAFT, "the draft's probabilities", "draft_params"),
+    ):
+        rows = np.flatnonzero(nan_rows & bit).tolist()
+        if rows:
+            parts.append(f"{what} contained NaN for batch rows {rows} (check {fix})")
+    if not parts:
+        return None
+    return "; ".join(parts) + ": the generated tokens of those rows are meaningless"
+
+
 def check_finite_result(result: GenerationResult) -> None:
-    """Raises ValueError if a row saw NaN logits (one host sync, after the loop)."""
-    nan_rows = np.asarray(jax.device_get(result.stats.nan_rows))
-    if nan_rows.any():
-        raise ValueError(
-            f"model logits contained NaN for batch rows {np.flatnonzero(nan_rows).tolist()}; "
-            "the generated tokens of those rows are meaningless (check the params / inputs)"
-        )
+    """Raises ValueError naming the model (target or draft) whose numbers went NaN, and the rows
+    (one host sync, after the loop)."""
+    message = nan_message(result.stats.nan_rows)
+    if message is not None:
+        raise ValueError(message)

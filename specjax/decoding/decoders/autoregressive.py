@@ -18,7 +18,7 @@ from specjax.decoding.argmax import has_nan
 from specjax.decoding.loop import LoopState
 from specjax.decoding.prefill import prefill
 from specjax.decoding.sampling import Warper
-from specjax.decoding.state import emit, last_tokens
+from specjax.decoding.state import emit, last_tokens, nan_flags
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +82,7 @@ class AutoregressiveDecoder:
             target_calls=s.stats.target_calls + 1,
             emitted=s.stats.emitted + count,
             iterations=s.stats.iterations + active.astype(jnp.int32),
-            nan_rows=s.stats.nan_rows | (active & has_nan(logits, axis=(1, 2))),
+            nan_rows=s.stats.nan_rows | nan_flags(active & has_nan(logits, axis=(1, 2))),
         )
         return s.replace(step=s.step + 1, seq=seq, model_states=(model_state,), stats=stats)
 

@@ -42,7 +42,7 @@ from specjax import runtime
 from specjax.decoding import loop
 from specjax.decoding.loop import LoopState
 from specjax.decoding.prefill import prefill
-from specjax.decoding.state import DecodeStats, Sequences, last_tokens
+from specjax.decoding.state import DecodeStats, Sequences, last_tokens, nan_flags, nan_message
 from specjax.models.kv_cache import write_rows
 
 
@@ -341,7 +341,7 @@ def count_step(stats: DecodeStats, going, beams, steps, logits) -> DecodeStats:
         target_calls=stats.target_calls + 1,
         emitted=stats.emitted + _rows(steps * going, beams),
         iterations=stats.iterations + flat.astype(jnp.int32),
-        nan_rows=stats.nan_rows | (flat & nan),
+        nan_rows=stats.nan_rows | nan_flags(flat & nan),
     )
 
 
@@ -365,7 +365,7 @@ def generate_beams(decoder, params: tuple, prompts, max_new_tokens, eos_id, key=
     eos = loop.eos_value(eos_id, decoder.vocab_size)
     key = jax.random.PRNGKey(0) if key is None else loop.canonical_key(key)
     result = beam_jit(decoder, params, tokens, lengths, key, max_new_tokens, eos)
-    nan_rows = np.asarray(jax.device_get(result.stats.nan_rows))
-    if nan_rows.any():
-        raise ValueError(f"model logits contained NaN (rows {np.flatnonzero(nan_rows).tolist()})")
+    message = nan_message(result.stats.nan_rows)
+    if message is not None:
+        raise ValueError(message)
     return result

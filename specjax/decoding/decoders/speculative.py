@@ -48,7 +48,7 @@ from specjax.decoding.loop import LoopState
 from specjax.decoding.prefill import prefill, prefill_features, target_features
 from specjax.decoding.rules.acceptance import speculative_accept
 from specjax.decoding.sampling import Warper
-from specjax.decoding.state import GenerationResult, emit, last_tokens
+from specjax.decoding.state import GenerationResult, emit, last_tokens, nan_flags
 from specjax.models.interface import check_pair, check_vocab
 from specjax.models.kv_cache import rollback
 
@@ -180,8 +180,7 @@ class SpeculativeSteps:
         """The iteration's counters: calls, tokens, acceptance by position (depth), NaN rows."""
         accepted, tested, rank = self.acceptance_events(proposal, n, path, active)
         nan = has_nan(logits).any(axis=1)  # [batch]; the row max a greedy verify takes anyway
-        if proposal.probs is not None:
-            nan = nan | has_nan(proposal.probs).any(axis=1)
+        nan_q = None if proposal.probs is None else active & has_nan(proposal.probs).any(axis=1)
         calls = proposal.calls if proposal.num_calls is None else proposal.num_calls
         stats = stats.replace(
             target_calls=stats.target_calls + 1,
@@ -189,7 +188,7 @@ class SpeculativeSteps:
             emitted=stats.emitted + count,
             iterations=stats.iterations + active.astype(jnp.int32),
             accepted_at=stats.accepted_at + accepted.sum(0).astype(jnp.int32),
-            nan_rows=stats.nan_rows | (active & nan),
+            nan_rows=stats.nan_rows | nan_flags(active & nan, nan_q),
             tested_at=stats.tested_at + tested.sum(0).astype(jnp.int32),
         )
         if rank is not None:
