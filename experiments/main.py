@@ -13,10 +13,13 @@ a mode, specjax) is printed as one line naming the option and the fix, with exit
 other libraries always keep their traceback.
 """
 
+import difflib
 import importlib
+import importlib.util
 import os
 import sys
 
+import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -132,10 +135,66 @@ def want_traceback(argv=None) -> bool:
     return any(a in ("--traceback", "--traceback=true", "--traceback=1") for a in argv or ())
 
 
+def _load_config(argv):
+    """The ConfigDict that `--config=path[:arg]` in argv names (the flag's default if absent)."""
+    value = None
+    for i, a in enumerate(argv):
+        if a.startswith("--config="):
+            value = a.split("=", 1)[1]
+        elif a == "--config" and i + 1 < len(argv):
+            value = argv[i + 1]
+    path, _, arg = (value or FLAGS["config"].default).partition(":")
+    spec = importlib.util.spec_from_file_location("_launcher_config", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(arg or None), value or FLAGS["config"].default
+
+
+def unknown_override(argv) -> str | None:
+    """The one-line error for a `--config.a.b=v` naming no field of the config, or None.
+
+    ml_collections reports such an override as a bare AttributeError traceback; this names the
+    flag, the config and the fields that level does have (closest first).
+    """
+    overrides = [a[len("--config.") :].split("=", 1)[0] for a in argv if a.startswith("--config.")]
+    if not overrides:
+        return None
+    try:
+        config, where = _load_config(argv)
+    except Exception:  # noqa: BLE001 (the config's own error is reported by absl instead)
+        return None
+    for name in overrides:
+        node = config
+        for depth, part in enumerate(parts := name.split(".")):
+            parent = ".".join(["config", *parts[:depth]])
+            if not isinstance(node, ml_collections.ConfigDict):
+                return (
+                    f"error: --config.{name}: {parent} of {where} is of type "
+                    f"{type(node).__name__}, not a group of fields"
+                )
+            if part not in node:
+                fields = sorted(node.keys())
+                close = difflib.get_close_matches(part, fields, n=3)
+                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                return (
+                    f"error: --config.{name}: {parent} of {where} has no field {part!r}{hint} "
+                    f"(its fields: {', '.join(fields)})"
+                )
+            node = node[part]
+    return None
+
+
 def parse_flags(argv):
-    """absl's flag parsing, but a config file's own option error is one line (exit status 2)."""
+    """absl's flag parsing, but a config file's own option error is one line (exit status 2),
+    and so is a `--config.x=...` override of a field the config does not have."""
     try:
         return FLAGS(argv)
+    except (AttributeError, KeyError):
+        message = None if want_traceback(argv) else unknown_override(argv)
+        if message is None:
+            raise
+        print(message, file=sys.stderr, flush=True)
+        sys.exit(EXIT_USAGE)
     except flags.Error as error:
         cause = option_error(error)
         if cause is None or want_traceback(argv):

@@ -360,6 +360,22 @@ def test_launcher_errors_are_one_line_with_exit_status_2(tmp_path):
     assert proc.returncode == 1 and "Traceback" in proc.stderr and "config.top_k" in proc.stderr
     proc = launch("--config=configs/generate.py:draft=trigram", env={"SPECJAX_TRACEBACK": "1"})
     assert proc.returncode == 1 and "Traceback" in proc.stderr
+    # An override of a field the config does not have (ml_collections: a bare AttributeError
+    # traceback) is one line naming the flag, the level and its fields, closest first.
+    proc = launch("--config", "configs/train.py:tiny", "--config.optim.peak_l=0.1")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: --config.optim.peak_l: config.optim of configs/train.py:tiny has no field "
+        "'peak_l'; did you mean peak_lr? (its fields: b1, b2, clip_norm, end_lr_fraction, "
+        "peak_lr, warmup_steps, weight_decay)"
+    )
+    proc = launch("--config=configs/train.py:tiny", "--config.seed.x=1")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == (
+        "error: --config.seed.x: config.seed of configs/train.py:tiny is of type int, not a group "
+        "of fields"
+    )
+    proc = launch("--config=configs/train.py:tiny", "--config.seed.x=1", "--traceback")
+    assert proc.returncode == 1 and "Traceback" in proc.stderr and "seed.x" in proc.stderr
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -59,12 +59,6 @@ def _check_field(name: str, key: str, value) -> None:
             _check_temperature(f"{name}[{i}]", t)
     elif key == "temperature" and value is not None:
         _check_temperature(name, value)
-    elif key == "top_p" and value is not None:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-            raise ValueError(f"{name} = {value!r}: top_p must be in (0, 1]")
-    elif key == "top_k" and value is not None:
-        if not _is_int(value) or value < 0:
-            raise ValueError(f"{name} = {value!r}: top_k must be an integer >= 0 (0: off)")
 
 
 def check_config(config: ml_collections.ConfigDict, prefix: str = "config") -> None:
