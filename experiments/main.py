@@ -9,8 +9,10 @@ package). The mode comes from `--mode` if given, else from `config.mode`. Each m
 
 A bad option (a ValueError or FileNotFoundError raised by the project's own code: a config file,
 a mode, specjax) is printed as one line naming the option and the fix, with exit status 2;
-`--traceback` (or SPECJAX_TRACEBACK=1) shows the full traceback instead. Errors raised inside
-other libraries always keep their traceback.
+`--traceback` (or SPECJAX_TRACEBACK=1) shows the full traceback instead. So is an override
+`--config.x=...` of a field the config does not have, and a common field out of range (`gammas`,
+`temperatures`, `repeats`, ...: experiments/common/config_checks.py), checked before the mode
+runs. Other errors raised inside other libraries keep their traceback.
 """
 
 import difflib
