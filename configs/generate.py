@@ -11,10 +11,10 @@ Launch (from the repository root; CPU):
     python -m experiments.main --config=configs/generate.py:draft=bigram,gamma=4,temperature=0
     python -m experiments.main --config=configs/generate.py:tiny,draft=self --workdir=/tmp/gen
 
-Weights (`weights=`): by default ("auto") the run decodes with the README main job's trained
+Weights (`weights=`): by default ("auto") the run decodes with the tiny pipeline's trained
 models, the tiny target (d=128, 4 layers) and its distilled draft (d=64, 1 layer), trained on
 the Python standard library, when they are in the model cache (~/.cache/specjax/models; the
-main job `configs/leviathan2023.py:tiny` puts them there). Then the text is code-like, α is
+tiny pipeline `configs/leviathan2023.py:tiny` puts them there). Then the text is code-like, α is
 high and the speculative decoder is faster. Without them it falls back to random weights of
 the `target` / `draft` sizes below and says so in one line: random models agree by chance
 only, so that run shows the mechanics and no speedup. "trained" insists on the trained models
@@ -116,7 +116,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.mode = "generate"
     # Seeds the random initialisation of untrained models and the sampling key.
     config.seed = 0
-    # Which weights (module docstring): "auto" (the main job's trained tiny models if cached,
+    # Which weights (module docstring): "auto" (the tiny pipeline's trained models if cached,
     # else random), "trained" (those or an error) or "random" (the sizes below).
     config.weights = "auto"
 

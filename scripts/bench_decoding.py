@@ -11,9 +11,9 @@
 
 A thin script over `specjax.benchmark`: the flags build a pair and prompts, the library measures.
 
-Weights (--weights): "auto" (default) benchmarks the README main job's trained models, the tiny
+Weights (--weights): "auto" (default) benchmarks the tiny pipeline's trained models, the tiny
 target (d=128, 4 layers) and its distilled draft (d=64, 1 layer), on prompts from the Python
-validation split, when they are in the model cache (the main job puts them there); else random
+validation split, when they are in the model cache (the tiny pipeline puts them there); else random
 weights of the --target_* / --draft_* sizes, with one line saying why and how to get the trained
 pair (`experiments/common/pair.py`). Random weights agree by chance only (alpha ~0.1 with the
 default sizes), so that run shows the loops' costs and no speedup. "trained" insists on the
@@ -63,7 +63,7 @@ _WEIGHTS = flags.DEFINE_enum(
     "weights",
     "auto",
     ["auto", "trained", "random"],
-    "auto: the README main job's trained tiny pair if cached, else random; trained: that pair "
+    "auto: the tiny pipeline's trained pair if cached, else random; trained: that pair "
     "or an error; random: the --target_* / --draft_* sizes, randomly initialised.",
 )
 _VOCAB = flags.DEFINE_integer("vocab", 259, "Vocabulary size (259: the byte tokenizer's).")
@@ -139,7 +139,7 @@ def build_pair(jax, np):
       ("trained" or "random"), "cache_len" (the flag, capped by a trained model's positions),
       "note" (one line, or None) and "target"/"draft" descriptions.
     """
-    from experiments.common.pair import main_job_pair
+    from experiments.common.pair import tiny_pair
     from specjax.checkpoint import load_model
     from specjax.decoding import AutoregressiveDecoder, make_warper
     from specjax.models import build
@@ -148,7 +148,7 @@ def build_pair(jax, np):
     kind = _DRAFT.value
     if kind not in ("transformer", "self", "bigram") and not kind.startswith("truncated:"):
         raise ValueError(f"--draft must be transformer, self, truncated:K or bigram; got {kind!r}")
-    dirs, note = main_job_pair(_WEIGHTS.value, option="--weights")
+    dirs, note = tiny_pair(_WEIGHTS.value, option="--weights")
     info = {"weights": "random", "cache_len": cache_len, "note": note, "draft": kind}
     if dirs is not None:
         target, target_params, _ = load_model(dirs["target"])

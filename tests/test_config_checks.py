@@ -16,12 +16,13 @@ from experiments.common.config_checks import check_config
 from experiments.main import run_mode
 
 CONFIGS = pathlib.Path(__file__).resolve().parent.parent / "configs"
-# Each config file's switches (configs/*.py: parse_options(switches=...)), one at a time.
+# Each config file's switches (configs/*.py: parse_options(switches=...)), one at a time
+# (smollm2,quick: a variant of smollm2).
 SWITCHES = {
     "extensions": ("tiny", "smollm2"),
     "generate": (),
     "heads": ("eagle1", "eagle3", "medusa", "distilled", "tiny"),
-    "leviathan2023": ("tiny", "smoke", "compare_block", "smollm2"),
+    "leviathan2023": ("tiny", "smoke", "compare_block", "smollm2", "smollm2,quick"),
     "mesh": (),
     "scale": ("tiny",),
     "sequoia2024": ("tiny", "zoo", "smollm2"),

@@ -303,8 +303,8 @@ def _export_random(path, fields, seed):
     checkpoint.export_model(path, params, meta)
 
 
-def test_weights_auto_uses_the_main_jobs_models_when_cached(tmp_path, monkeypatch, capsys):
-    """weights=auto: the main job's cached models when present, else random weights and one
+def test_weights_auto_uses_the_tiny_pipelines_models_when_cached(tmp_path, monkeypatch, capsys):
+    """weights=auto: the tiny pipeline's cached models when present, else random weights and one
     line that says why and how to get them; weights=trained insists."""
     from experiments import zoo
 
@@ -312,20 +312,22 @@ def test_weights_auto_uses_the_main_jobs_models_when_cached(tmp_path, monkeypatc
     config = generate_config.get_config("tiny,weights=auto,max_new_tokens=6")
     config.timing_repeats = 1
     missing = generate_mode.run(config, str(tmp_path / "a"))
-    assert missing["note"].startswith("note: random weights") and zoo.MAIN_JOB in missing["note"]
+    assert (
+        missing["note"].startswith("note: random weights") and zoo.TINY_PIPELINE in missing["note"]
+    )
     assert missing["random_weights"] and "random weights" in missing["target"]
     assert "note: random weights" in capsys.readouterr().out
     with pytest.raises(FileNotFoundError, match="config.weights='trained'.*leviathan2023.py:tiny"):
         generate_mode.run(generate_config.get_config("tiny,weights=trained"), str(tmp_path))
 
-    dirs = zoo.main_job_model_dirs()
+    dirs = zoo.tiny_pair_model_dirs()
     assert dirs["target"].startswith(str(tmp_path / "cache"))
     fields = dict(num_layers=1, num_heads=2, embed_dim=32, mlp_dim=64, max_len=64)
     _export_random(dirs["target"], fields, 1)
     _export_random(dirs["draft"], dict(fields, embed_dim=16), 2)
     found = generate_mode.run(config, str(tmp_path / "b"))
     assert found["note"] is None and not found["random_weights"]
-    assert "trained (the main job's target)" in found["target"]
+    assert "trained (the tiny pipeline's target)" in found["target"]
     assert "d=16 L=1" in found["draft"] and "distilled draft" in found["draft"]
     assert found["greedy_identical"] is True
     # Explicit random weights ignore the cache.

@@ -1,4 +1,4 @@
-"""The leviathan2023 pipeline end to end on seconds-sized models (the README's main job shape).
+"""The leviathan2023 pipeline end to end on seconds-sized models (the tiny pipeline's shape).
 
 Trains the zoo's test sizes into the session's model cache (once per session), measures
 α / c / T(k) / walltime, writes the tables, then checks the figures against each other and

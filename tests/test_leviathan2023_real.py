@@ -63,6 +63,24 @@ def results(tmp_path_factory):
     return out, workdir
 
 
+def test_quick_is_smollm2_with_the_drafts_that_need_no_training():
+    """`smollm2,quick` (the README's main job): smollm2 less its trained heads and the slow
+    training-free drafts, Table 2 for prompt lookup at γ = 1, 2, 4; every other field as
+    smollm2's, and options still win."""
+    quick, full = lev_config.get_config("smollm2,quick"), lev_config.get_config("smollm2")
+    assert quick.drafts == ("prompt lookup", "uniform") and quick.heads == ()
+    assert quick.sweep == ("prompt lookup",) and quick.gammas == (1, 2, 4)
+    changed = {"drafts", "heads", "sweep", "gammas"}
+    q, f = quick.to_dict(), full.to_dict()
+    assert q.keys() == f.keys()
+    assert {k: v for k, v in q.items() if k not in changed} == {
+        k: v for k, v in f.items() if k not in changed
+    }
+    assert lev_config.get_config("smollm2,quick,gammas=3,sweep=x").gammas == (3,)
+    with pytest.raises(ValueError, match="pass smollm2,quick"):
+        lev_config.get_config("quick")
+
+
 def test_draft_vocabs_option_reaches_the_config():
     assert lev_config.get_config("smollm2").draft_vocabs == ()
     assert lev_config.get_config("smollm2,draft_vocabs=2048/512").draft_vocabs == (2048, 512)

@@ -1,8 +1,8 @@
 """Which pair a demo run decodes with (trained or random weights), and why it shows no speedup.
 
-The generate mode (experiments/generate/) and scripts/bench_decoding.py both run the README
-main job's trained tiny pair when it is cached, else random weights with one line that says why
-and how to get the pair: `main_job_pair`. When speculation was not faster, both say why in one
+The generate mode (experiments/generate/) and scripts/bench_decoding.py both run the tiny
+pipeline's trained pair when it is cached, else random weights with one line that says why
+and how to get the pair: `tiny_pair`. When speculation was not faster, both say why in one
 line: `why_no_speedup`.
 """
 
@@ -15,10 +15,10 @@ from experiments import zoo
 WEIGHTS = ("auto", "trained", "random")
 
 
-def main_job_pair(
+def tiny_pair(
     weights: str, *, need_draft: bool = True, option: str = "--config.weights"
 ) -> tuple[dict | None, str | None]:
-    """The README main job's trained tiny target (and distilled draft), as `weights` allows.
+    """The tiny pipeline's trained target (and distilled draft), as `weights` allows.
 
     Args:
       weights: "auto": the pair when cached, else None and a note; "trained": the pair, or an
@@ -40,20 +40,21 @@ def main_job_pair(
         raise ValueError(f"{option.lstrip('-')} must be one of {WEIGHTS}, got {weights!r}")
     if weights == "random":
         return None, None
-    dirs = zoo.main_job_model_dirs()
+    dirs = zoo.tiny_pair_model_dirs()
     needed = ["target"] + (["draft"] if need_draft else [])
     missing = [name for name in needed if not os.path.isdir(dirs[name])]
     if missing:
         where = os.path.dirname(dirs["target"])
-        what = f"the main job's trained {' and '.join(missing)} are not in the model cache {where}"
+        models = " and ".join(missing)
+        what = f"the tiny pipeline's trained {models} are not in the model cache {where}"
         if weights == "trained":
             raise FileNotFoundError(
                 f"{option.lstrip('-')}='trained': {what}; train them once (~7 min on a 2-core "
-                f"CPU) with `{zoo.MAIN_JOB}`, or set {option}=auto"
+                f"CPU) with `{zoo.TINY_PIPELINE}`, or set {option}=auto"
             )
         note = (
             f"note: random weights, so the draft agrees with the target by chance only (no "
-            f"speedup to expect): {what}. Run `{zoo.MAIN_JOB}` once (~7 min on a 2-core CPU) "
+            f"speedup to expect): {what}. Run `{zoo.TINY_PIPELINE}` once (~7 min on a 2-core CPU) "
             f"and this run uses them ({option}=random silences this)."
         )
         return None, note
@@ -81,7 +82,7 @@ def why_no_speedup(
     elif random_weights:
         why = (
             f"the models are random, so the draft agrees with the target by chance only "
-            f"(α = {alpha:.2f}); the main job's trained pair shows the method"
+            f"(α = {alpha:.2f}); the tiny pipeline's trained pair shows the method"
         )
     else:
         why = (

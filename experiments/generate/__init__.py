@@ -1,6 +1,6 @@
 """Generate mode: decode text prompts autoregressively and speculatively, report both side by side.
 
-Builds the target and the draft from the config (the main job's trained tiny models when
+Builds the target and the draft from the config (the tiny pipeline's trained models when
 `config.weights` allows and they are cached, else random initialisation unless a checkpoint is
 given; n-gram drafts are fitted on a corpus split), encodes the prompts with the byte tokenizer,
 runs both decoders with the same warper and key, and prints each continuation plus the statistics

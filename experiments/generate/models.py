@@ -1,6 +1,6 @@
 """Generate mode: the target and the draft as the config says.
 
-The main job's trained tiny models when `config.weights` allows and they are cached
+The tiny pipeline's trained models when `config.weights` allows and they are cached
 (`experiments/common/pair.py`), a checkpoint, or random initialisation; n-gram drafts fitted on a
 corpus split; or local Hugging Face checkpoints. `check_cache_len` holds `config.cache_len`
 against the models' position limit (`specjax.decoding.loop.position_limit`).
@@ -45,7 +45,7 @@ def resolve_weights(config) -> tuple[dict, str | None]:
     if weights == "random" or explicit or config.get("target_pretrained"):
         return chosen, None
     transformer_draft = config.draft_kind == "transformer"
-    dirs, note = pair.main_job_pair(weights, need_draft=transformer_draft)
+    dirs, note = pair.tiny_pair(weights, need_draft=transformer_draft)
     if dirs is None:
         return chosen, note
     chosen["target"] = dirs["target"]

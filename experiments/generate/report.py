@@ -81,7 +81,9 @@ def weights_origin(weights: dict, name: str) -> str:
     if weights.get(name) is None:
         return "random weights"
     if weights.get("trained"):
-        return "trained (the main job's " + ("distilled draft)" if name == "draft" else "target)")
+        return "trained (the tiny pipeline's " + (
+            "distilled draft)" if name == "draft" else "target)"
+        )
     return f"from {weights[name]}"
 
 
@@ -114,7 +116,7 @@ def format_report(result: dict) -> str:
         out.append(result["note"])
     elif result.get("trained") and result["warper"] == "greedy":
         out.append(
-            "(the main job's models train for minutes: their greedy text repeats itself; "
+            "(the tiny pipeline's models train for minutes: their greedy text repeats itself; "
             "--config.temperature=0.8 samples code-like text, at a smaller speedup)"
         )
     out.append("")
