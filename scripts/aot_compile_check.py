@@ -36,6 +36,11 @@ _TOPOLOGY = flags.DEFINE_string("topology", "v5e:2x2", "TPU topology name (platf
 _PLATFORM = flags.DEFINE_enum("platform", "tpu", ["tpu", "cpu"], "Compile for TPU or for CPU.")
 _CPU_DEVICES = flags.DEFINE_integer("cpu_devices", 8, "Fake CPU devices (platform cpu).")
 _PROGRAMS = flags.DEFINE_list("programs", ["generate", "train"], "generate and/or train.")
+flags.register_validator(
+    "programs",
+    lambda v: bool(v) and set(v) <= {"generate", "train"},
+    "each of --programs must be generate or train",
+)
 
 # HBM per chip, for the "fits" column (published figures; compile-only devices cannot say).
 _HBM_GIB = {

@@ -30,7 +30,11 @@ import specjax  # noqa: E402
 specjax.configure_cpu()  # before JAX starts; SPECJAX_NO_XLA_FLAGS=1 opts out
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("parts", ["speed"], "speed, compile, overhead, drafts, hf")
+PARTS = ("speed", "compile", "overhead", "drafts", "hf")
+flags.DEFINE_list("parts", ["speed"], ", ".join(PARTS))
+flags.register_validator(
+    "parts", lambda v: bool(v) and set(v) <= set(PARTS), f"each of --parts must be one of {PARTS}"
+)
 flags.DEFINE_string("model", "smollm2-135m-instruct", "a registered name or a .gguf path")
 flags.DEFINE_list("layouts", ["xla", "packed"], "weight layouts for the speed parts")
 flags.DEFINE_list("ks", [str(k) for k in (1, 2, 4, 5, 8, 9, 16, 32, 64)], "tokens per call")

@@ -31,6 +31,11 @@ config_flags.DEFINE_config_file(
     "config", os.path.join(_REPO, "configs", "scale.py"), "configs/scale.py[:options]"
 )
 _TASKS = flags.DEFINE_list("tasks", ["generate", "train"], "generate and/or train.")
+flags.register_validator(
+    "tasks",
+    lambda v: bool(v) and set(v) <= {"generate", "train"},
+    "each of --tasks must be generate or train",
+)
 _DISTRIBUTED = flags.DEFINE_enum(
     "distributed", "none", ["none", "auto", "explicit"], "How processes find each other."
 )
