@@ -40,6 +40,10 @@ class RuleRow:
     speedup: float
     speedup_low: float | None
     speedup_high: float | None
+    # The counts behind tokens_per_call and alpha (the statistics batch), to recompute them.
+    accepted: int | None = None
+    tested: int | None = None
+    row_iterations: int | None = None
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -119,6 +123,9 @@ def compare_rules(
                 speedup=ar_ms / spec_ms,
                 speedup_low=None if interval is None else interval[0],
                 speedup_high=None if interval is None else interval[1],
+                accepted=summary["accepted"],
+                tested=summary["tested"],
+                row_iterations=summary["row_iterations"],
             )
         )
     return rows
