@@ -138,7 +138,10 @@ def want_traceback(argv=None) -> bool:
 
 
 def _load_config(argv):
-    """The ConfigDict that `--config=path[:arg]` in argv names (the flag's default if absent)."""
+    """The ConfigDict that `--config=path[:arg]` in argv names (the flag's default if absent).
+
+    Loaded again here: ml_collections applies the overrides while it parses `--config` itself,
+    so when one fails the flag holds no value yet."""
     value = None
     for i, a in enumerate(argv):
         if a.startswith("--config="):

@@ -54,6 +54,7 @@ EXPORTED_AT_88C36A1 = {
         "optimal_tree",
         "parse_gamma_policy",
         "positional_from_conditional",
+        "raw_counts",
         "residual_distribution",
         "sample_from_probs",
         "speculative_accept",

@@ -38,6 +38,7 @@ from specjax.decoding import (
     HeuristicGamma,
     SpeculativeDecoder,
     make_warper,
+    raw_counts,
     summarize_stats,
 )
 
@@ -111,17 +112,6 @@ def iteration_costs(
     return costs
 
 
-# Counters stored beside each row's ratios (None where a decoder does not keep one).
-_COUNTS = (
-    "tokens_emitted",
-    "target_calls",
-    "draft_calls",
-    "accepted",
-    "tested",
-    "drafted_histogram",
-)
-
-
 def _row(label, result, seconds) -> dict:
     s = summarize_stats([r.stats for r in result])
     tokens = max(s["tokens_emitted"], 1)
@@ -133,7 +123,7 @@ def _row(label, result, seconds) -> dict:
         alpha=s["alpha_empirical"],
         mean_gamma=s.get("mean_gamma", float(label[5:]) if label[5:].isdigit() else np.nan),
         # The raw counts behind the ratios (pooled over prompts), so readers can recompute them.
-        counts={k: s.get(k) for k in _COUNTS},
+        counts=raw_counts(s),
     )
 
 

@@ -55,6 +55,7 @@ from specjax.decoding import (
     SpeculativeDecoder,
     SpeculativeDrafter,
     make_warper,
+    raw_counts,
     summarize_stats,
 )
 from specjax.decoding import loop as decoding_loop
@@ -242,10 +243,6 @@ def predict_composed(rows: list) -> None:
 # -- the experiment ----------------------------------------------------------------------------
 
 
-# Counters stored beside each row's ratios (None where a decoder does not keep one).
-_COUNTS = ("tokens_emitted", "row_iterations", "target_calls", "draft_calls", "accepted", "tested")
-
-
 def measure_temperature(cfg, models, prompts, t: float, costs: dict, log=print) -> list:
     """Every decoder at temperature t: timings and statistics, one row each.
 
@@ -284,7 +281,7 @@ def measure_temperature(cfg, models, prompts, t: float, costs: dict, log=print) 
             tokens_per_iteration=summary["tokens_per_iteration"],
             draft_calls_per_iteration=summary["draft_calls"] / max(summary["target_calls"], 1),
             # The counts behind those ratios (pooled over prompts), so readers can recompute them.
-            counts={k: summary.get(k) for k in _COUNTS},
+            counts=raw_counts(summary),
         )
         rows.append(row)
     by_name = {r["name"]: r for r in rows}

@@ -32,6 +32,7 @@ from specjax.decoding import (
     TokenTree,
     TreeSpeculativeDecoder,
     make_warper,
+    raw_counts,
     summarize_stats,
 )
 from specjax.decoding import loop as decoding_loop
@@ -159,10 +160,6 @@ def _decoders(config, target, draft, warper, specs) -> dict:
     return out
 
 
-# Counters stored beside each row's per-call ratios (None where a decoder does not keep one).
-_COUNTS = ("tokens_emitted", "row_iterations", "target_calls", "accepted", "tested")
-
-
 def measure_temperature(config, target, tparams, draft, dparams, t, specs, prompts, stat_prompts):
     """Every decoder of one draft at temperature t: timings, tokens per call, statistics."""
     warper = make_warper(t)
@@ -213,7 +210,7 @@ def measure_temperature(config, target, tparams, draft, dparams, t, specs, promp
             accepted_depth_histogram=summary.get("accepted_depth_histogram"),
             accepted_rank_by_depth=summary.get("accepted_rank_by_depth"),
             # The counts behind the per-call ratios (the statistics prompts, pooled).
-            counts={k: summary.get(k) for k in _COUNTS},
+            counts=raw_counts(summary),
         )
         rows[name] = row
     ar_row = rows["ar"]

@@ -84,7 +84,7 @@ from specjax.decoding.sampling import (
     sample_from_probs,
 )
 from specjax.decoding.state import DecodeStats, GenerationResult, Sequences
-from specjax.decoding.stats import summarize_stats
+from specjax.decoding.stats import raw_counts, summarize_stats
 from specjax.decoding.trees.drafter import TreeDrafter
 from specjax.decoding.trees.dynamic import DynamicTree
 from specjax.decoding.trees.eagle import EagleTreeDrafter
@@ -157,6 +157,7 @@ __all__ = [
     "sample_from_probs",
     "speculative_accept",
     "stream",
+    "raw_counts",
     "summarize_stats",
     "tree_accept",
 ]

@@ -9,6 +9,24 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+# The integer counters `summarize_stats` returns beside its ratios (a key a decoder's counters do
+# not have is absent there, None in `raw_counts`).
+RAW_COUNTS = (
+    "tokens_emitted",
+    "row_iterations",
+    "target_calls",
+    "draft_calls",
+    "accepted",
+    "tested",
+    "drafted_histogram",
+)
+
+
+def raw_counts(summary: dict) -> dict:
+    """The counters behind a `summarize_stats` summary's ratios, for results files whose readers
+    recompute them: {name: count or None} over `RAW_COUNTS`."""
+    return {k: summary.get(k) for k in RAW_COUNTS}
+
 
 def summarize_stats(stats: list) -> dict:
     """α and tokens-per-iteration estimates from the counters of one or more decode calls.
