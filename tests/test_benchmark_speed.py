@@ -13,7 +13,7 @@ from specjax.benchmark.overhead import overhead_breakdown
 
 
 def _row(batch, speedup):
-    return BatchRow(batch, 1.0, speedup, speedup, None, None, 1.0, 1.0, 1.0, 1.0, 0.0)
+    return BatchRow(batch, 1.0, speedup, speedup, None, None, 1.0, 1.0, 1.0, 1.0, 0.0, 1, 1)
 
 
 def test_break_even_is_the_first_batch_that_loses():
@@ -51,7 +51,10 @@ def test_batch_table_rows_are_consistent():
     for r in rows:
         assert r.speedup == pytest.approx(r.spec_tokens_per_s / r.ar_tokens_per_s)
         assert r.speedup_low <= r.speedup_high
-        assert 1.0 <= r.tokens_per_iteration <= 3.0  # γ = 2
+        assert r.emitted == r.batch * 8  # no EOS: every row emits max_new_tokens
+        # γ = 2: 1 to 3 tokens per row-iteration, and the row's ratio is the counts' ratio.
+        assert r.emitted / 3 <= r.row_iterations <= r.emitted
+        assert r.tokens_per_iteration == r.emitted / r.row_iterations
         assert r.verify_ratio == pytest.approx(r.t_target_verify_ms / r.t_target_1_ms)
         assert r.row_spread >= 0.0
     assert rows[0].row_spread == 0.0  # one row: nothing ragged

@@ -38,6 +38,8 @@ class BatchRow:
       verify_ratio: T_target(γ+1) / T_target(1) at this batch (1 = free verification).
       tokens_per_iteration: mean tokens per row-iteration of the speculative run.
       row_spread: (max − min) / mean of the rows' tokens per iteration (ragged acceptance).
+      emitted, row_iterations: the speculative run's raw counts, summed over rows: tokens
+        emitted and (row, iteration) pairs (tokens_per_iteration is their ratio).
     """
 
     batch: int
@@ -51,6 +53,8 @@ class BatchRow:
     verify_ratio: float
     tokens_per_iteration: float
     row_spread: float
+    emitted: int
+    row_iterations: int
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -112,7 +116,8 @@ def batch_table(
         v = versus_autoregressive(calls, repeats=repeats, clock=clock)
         stats = jax.device_get(v.timings["spec"].output.stats)
         per_row = stats.emitted / np.maximum(stats.iterations, 1)  # [batch]
-        emitted = float(stats.emitted.sum())
+        emitted = int(stats.emitted.sum())
+        row_iterations = int(stats.iterations.sum())
         context = min(64, cache_len - gamma - 1)
         kwargs = dict(batch=b, context=context, cache_len=cache_len, repeats=repeats, clock=clock)
         t1 = call_cost(target, target_params, 1, **kwargs).median
@@ -128,8 +133,10 @@ def batch_table(
             t_target_1_ms=t1 * 1e3,
             t_target_verify_ms=tv * 1e3,
             verify_ratio=tv / t1,
-            tokens_per_iteration=float(emitted / max(stats.iterations.sum(), 1)),
+            tokens_per_iteration=emitted / max(row_iterations, 1),
             row_spread=float((per_row.max() - per_row.min()) / per_row.mean()),
+            emitted=emitted,
+            row_iterations=row_iterations,
         )
         if log is not None:
             log(format_batch_rows([row], gamma, header=not rows))
