@@ -49,7 +49,7 @@ flags.mark_flag_as_required("acceptance")
 
 def _decoder(config, target, draft, warper, name, acceptance):
     """(decoder, tree or None) of a plan entry: "ar", "chain<γ>", "<n>" or "<n>d1"."""
-    from experiments.sequoia2024 import methods, pipeline
+    from experiments.sequoia2024 import methods
     from specjax.decoding import AutoregressiveDecoder, optimal_tree
 
     if name == "ar":
@@ -59,7 +59,7 @@ def _decoder(config, target, draft, warper, name, acceptance):
     else:
         size, _, depth = name.partition("d")
         tree = optimal_tree(acceptance, int(size), int(depth) if depth else None)
-    return pipeline.method_decoder(config, target, draft, warper, "sequoia", tree), tree
+    return methods.method_decoder(config, target, draft, warper, "sequoia", tree), tree
 
 
 def main(argv):

@@ -9,12 +9,13 @@
            the draft's top-k at t = 0): the contrast of experiment 2.
 
 Each method comes with the sibling rule it is verified by (`REPLACEMENT`) and the rank-acceptance
-rule whose vector predicts it (`ACCEPTANCE_RULE`).
+rule whose vector predicts it (`ACCEPTANCE_RULE`), and `method_decoder` builds the decoder that
+verifies it.
 """
 
 from __future__ import annotations
 
-from specjax.decoding import TokenTree, optimal_tree
+from specjax.decoding import SpeculativeDecoder, TokenTree, TreeSpeculativeDecoder, optimal_tree
 
 # Sampled siblings drawn independently (SpecInfer) or without replacement (Sequoia).
 REPLACEMENT = {
@@ -68,3 +69,24 @@ def build(method: str, n: int, acceptance=None, k: int = 4, max_depth: int | Non
             raise ValueError("method 'sequoia' needs the positional acceptance vector")
         return optimal_tree(acceptance, n, max_depth)
     raise ValueError(f"method must be one of {tuple(REPLACEMENT)}; got {method!r}")
+
+
+def method_decoder(config, target, draft, warper, method: str, tree):
+    """The decoder of one method's tree (the chain decoder for chains)."""
+    if tree.max_branch == 1:  # a chain, whatever the method: the chain decoder
+        return SpeculativeDecoder(
+            target, draft, tree.num_nodes - 1, warper, cache_len=config.cache_len
+        )
+    replacement = REPLACEMENT[method]
+    # With replacement, children are sampled even from a greedy draft (SpecInfer's rule: at
+    # t = 0 they repeat one token); without, a greedy draft gives its top-k.
+    children = "sample" if replacement else "auto"
+    return TreeSpeculativeDecoder(
+        target,
+        draft,
+        tree,
+        warper,
+        replacement=replacement,
+        children=children,
+        cache_len=config.cache_len,
+    )
