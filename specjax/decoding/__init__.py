@@ -28,7 +28,8 @@ Then four rooms, one concept per file (each room's `__init__` lists its files):
     scaffolding); the registry by name is `rules/__init__.py` (`accept_rule("block")`).
   * `drafters/`: where proposals come from: `base.py` (the `Drafter` seam: `Proposal`,
     `Verdict`), `model.py` (`ModelDrafter`), `lookup.py` (`LookupDrafter`), `adaptive.py` and
-    `gamma_policy.py` (adaptive γ: `SpeculativeDecoder(..., gamma_policy=HeuristicGamma())`),
+    the γ policies of `gamma_policy.py`, `gamma_theory.py` (cost-model policies) and
+    `gamma_parse.py` (by name) (adaptive γ: `SpeculativeDecoder(..., gamma_policy=...)`),
     `hierarchical.py` (`SpeculativeDrafter(SpeculativeDecoder(middle, small, ...))` as the draft
     of another decoder; its draft params are (middle_params, small_params)).
   * `trees/`: token trees: `topology.py` (`TokenTree`, `tree_inputs`), `drafter.py`
@@ -55,15 +56,9 @@ from specjax.decoding.decoders.tree import TreeSpeculativeDecoder
 from specjax.decoding.drafters.adaptive import AdaptiveDrafter
 from specjax.decoding.drafters.base import Drafter, Proposal, Verdict, reads_features
 from specjax.decoding.drafters.eagle import EagleDrafter
-from specjax.decoding.drafters.gamma_policy import (
-    COST_MODEL_POLICIES,
-    ConfidenceGamma,
-    FixedGamma,
-    HeuristicGamma,
-    PositionalGamma,
-    TheoryGamma,
-    parse_gamma_policy,
-)
+from specjax.decoding.drafters.gamma_parse import COST_MODEL_POLICIES, parse_gamma_policy
+from specjax.decoding.drafters.gamma_policy import ConfidenceGamma, FixedGamma, HeuristicGamma
+from specjax.decoding.drafters.gamma_theory import PositionalGamma, TheoryGamma
 from specjax.decoding.drafters.hierarchical import SpeculativeDrafter
 from specjax.decoding.drafters.lookup import LookupDrafter
 from specjax.decoding.drafters.medusa import MedusaDrafter
