@@ -19,7 +19,7 @@ from specjax.decoding import (
     SpeculativeDecoder,
     TokenTree,
     TreeSpeculativeDecoder,
-    loop,
+    arguments,
 )
 from specjax.models import NgramLM, TransformerConfig, TransformerLM, sequence_logits
 
@@ -146,7 +146,7 @@ def test_default_cache_len_is_the_models_position_limit():
     assert TreeSpeculativeDecoder(TARGET, small, TREE, GREEDY).cache_len == 256
     # No table anywhere: 512.
     rope = TransformerLM(TARGET.config.replace(positions="rope", max_len=64))
-    assert AutoregressiveDecoder(rope, GREEDY).cache_len == loop.DEFAULT_CACHE_LEN == 512
+    assert AutoregressiveDecoder(rope, GREEDY).cache_len == arguments.DEFAULT_CACHE_LEN == 512
     assert SpeculativeDecoder(rope, LookupDrafter(V), GAMMA, GREEDY).cache_len == 512
     assert SpeculativeDecoder(TARGET, NgramLM(V, 2), GAMMA, GREEDY).cache_len == POSITIONS
     # An explicit value is kept, and the decoders still compare equal (one compiled program).

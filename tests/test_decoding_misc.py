@@ -26,6 +26,7 @@ from specjax.decoding import (
     LookupTreeDrafter,
     SpeculativeDecoder,
     TokenTree,
+    arguments,
     loop,
     make_warper,
 )
@@ -223,7 +224,7 @@ def test_no_recompilation_for_new_prompts_in_bucket_or_new_budget(ar, spec, ar_r
 
 
 def test_a_typed_key_draws_what_its_raw_data_draws_in_the_same_program(spec, spec_result):
-    # loop.canonical_key: jax.random.key and jax.random.PRNGKey of one seed are the same bits,
+    # arguments.canonical_key: jax.random.key and jax.random.PRNGKey of one seed are the same bits,
     # so they must give the same tokens, and one program must serve both.
     decoder, draft_params = spec
     programs = loop.generate_jit._cache_size()
@@ -235,10 +236,10 @@ def test_a_typed_key_draws_what_its_raw_data_draws_in_the_same_program(spec, spe
 
 def test_canonical_key_keeps_keys_of_other_implementations():
     rbg = jax.random.key(0, impl="rbg")  # its raw data would be read as threefry's: kept typed
-    assert loop.canonical_key(rbg) is rbg
-    np.testing.assert_array_equal(loop.canonical_key(jax.random.key(3)), jax.random.PRNGKey(3))
+    assert arguments.canonical_key(rbg) is rbg
+    np.testing.assert_array_equal(arguments.canonical_key(jax.random.key(3)), jax.random.PRNGKey(3))
     raw = jax.random.PRNGKey(3)
-    assert loop.canonical_key(raw) is raw
+    assert arguments.canonical_key(raw) is raw
 
 
 # -- EOS and token budgets ---------------------------------------------------------------------

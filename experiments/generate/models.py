@@ -3,7 +3,7 @@
 The tiny pipeline's trained models when `config.weights` allows and they are cached
 (`experiments/common/pair.py`), a checkpoint, or random initialisation; n-gram drafts fitted on a
 corpus split; or local Hugging Face checkpoints. `check_cache_len` holds `config.cache_len`
-against the models' position limit (`specjax.decoding.loop.position_limit`).
+against the models' position limit (`specjax.decoding.arguments.position_limit`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ import jax
 
 from experiments.common import pair
 from specjax.data import load_corpus
-from specjax.decoding import (
-    loop,
-)
+from specjax.decoding import arguments
 from specjax.models import build
 
 DRAFT_KINDS = ("transformer", "bigram", "unigram", "uniform", "prompt_lookup", "self", "none")
@@ -144,9 +142,9 @@ def build_models(config, vocab_size: int, checkpoints: dict | None = None):
 
 def check_cache_len(config, target, draft) -> None:
     """Raises naming config.cache_len if it exceeds a model's learned position table (the
-    decoders' own limit, `loop.position_limit`, said in the config's terms)."""
+    decoders' own limit, `arguments.position_limit`, said in the config's terms)."""
     models = (target,) if draft is None else (target, draft[0])
-    limit, name = loop.position_limit(models)
+    limit, name = arguments.position_limit(models)
     if limit is not None and config.cache_len > limit:
         raise ValueError(
             f"config.cache_len={config.cache_len} exceeds the {name} model's learned position "

@@ -24,7 +24,7 @@ from specjax.benchmark.costs import iteration_cost, prefill_cost
 from specjax.benchmark.hlo import loop_cache_copies
 from specjax.benchmark.overhead import overhead_breakdown
 from specjax.benchmark.versus import versus_autoregressive
-from specjax.decoding import loop
+from specjax.decoding import arguments, loop
 
 
 def call_breakdown(
@@ -70,7 +70,7 @@ def call_breakdown(
     breakdown = overhead_breakdown(
         spec, spec_params, prompts, steps=steps, repeats=repeats, clock=clock
     )
-    tokens, lengths = loop.prepare(spec, prompts, max_new_tokens)
+    tokens, lengths = arguments.prepare(spec, prompts, max_new_tokens)
     cache_len = spec.cache_len
     prefill = {  # a draft without a model (prompt lookup) has nothing to prefill
         model_name: prefill_cost(

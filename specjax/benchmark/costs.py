@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax.benchmark.timing import Timing, time_call
-from specjax.decoding import loop
+from specjax.decoding import arguments, loop
 from specjax.decoding.prefill import prefill
 from specjax.decoding.trees.topology import tree_inputs
 from specjax.models.interface import check_params
@@ -208,7 +208,7 @@ def prefill_cost(
 
     Args:
       model, params: the model and its parameters.
-      tokens: int32 [batch, P] right-padded prompts (`loop.prepare` buckets them as a decoder
+      tokens: int32 [batch, P] right-padded prompts (`arguments.prepare` buckets them as a decoder
         would).
       lengths: int32 [batch] their lengths.
       cache_len: cache positions.
@@ -277,7 +277,7 @@ def iteration_runner(decoder, params: tuple, prompts, *, steps: int = 32):
     step counter (the keys) and the statistics carry on across runs: a run returns the tokens
     emitted per row since the runner was made.
     """
-    params = loop.check_decoder_params(decoder, tuple(params))
+    params = arguments.check_decoder_params(decoder, tuple(params))
     state = loop_start(decoder, params, prompts)
     return _donating_runner(lambda s: _repeat_steps_donated(decoder, params, s, steps), state)
 
@@ -286,7 +286,7 @@ def loop_start(decoder, params: tuple, prompts) -> loop.LoopState:
     """The decoder's loop state after prefilling `prompts`, with room for one iteration's
     tokens (nothing truncates): where `iteration_runner` and the overhead pieces start."""
     budget = decoder.tokens_per_step
-    tokens, lengths = loop.prepare(decoder, prompts, budget)
+    tokens, lengths = arguments.prepare(decoder, prompts, budget)
     return loop.init_jit(decoder, params, tokens, lengths, jax.random.PRNGKey(0), budget, -1)
 
 

@@ -40,7 +40,7 @@ def loop_cache_copies(decoder, params: tuple, tokens, lengths, key, max_new_toke
     Args:
       decoder: any decoder of the loop driver.
       params: one params pytree per entry of `decoder.models`.
-      tokens, lengths: bucketed prompts (`loop.prepare`).
+      tokens, lengths: bucketed prompts (`arguments.prepare`).
       key: PRNG key.
       max_new_tokens: the budget (traced: any value gives the same program).
       cache_shape: as for `count_cache_copies`.

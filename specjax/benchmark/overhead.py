@@ -26,7 +26,7 @@ from specjax.benchmark.timing import (
     mean_interval,
     time_call,
 )
-from specjax.decoding import AutoregressiveDecoder, Proposal, loop
+from specjax.decoding import AutoregressiveDecoder, Proposal, arguments, loop
 from specjax.decoding.argmax import has_nan
 from specjax.decoding.state import emit
 
@@ -176,7 +176,7 @@ def overhead_breakdown(
     gamma, batch, cache_len = decoder.gamma, len(prompts), decoder.cache_len
     draft = decoder.drafter.model
     model_draft = hasattr(draft, "apply") and draft is not decoder.drafter
-    params = loop.check_decoder_params(decoder, tuple(params))
+    params = arguments.check_decoder_params(decoder, tuple(params))
     context = min(context, cache_len - gamma - 1)  # the verification must fit behind it
     # Each timed loop owns its state (donated to every run: `costs.call_runner`).
     shape = dict(batch=batch, context=context, cache_len=cache_len, steps=steps)

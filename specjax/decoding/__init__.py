@@ -13,7 +13,9 @@ from this facade; the modules below may move between releases.
 
 At the top, what every decoder shares:
   * `loop.py`: one driver (`generate`, `stream`, the jitted programs) for any decoder that offers
-    `models`, `init` and `step`; `LoopState` is every decoder's loop state. `state.py`: the
+    `models`, `init` and `step`; `LoopState` is every decoder's loop state. `arguments.py`:
+    the host-side checks of a decoder's arguments (cache length, prompts, params, EOS, key),
+    each naming the argument. `state.py`: the
     output sequences, `emit` and the counters; `stats.py`: their host-side summary;
     `prompts.py`: padding and capacity checks; `prefill.py`: a model fed every prompt token
     but the last (every decoder's and drafter's `init`).

@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from specjax.decoding import loop
+from specjax.decoding import arguments, loop
 from specjax.decoding.argmax import has_nan
 from specjax.decoding.loop import LoopState
 from specjax.decoding.prefill import prefill
@@ -43,7 +43,7 @@ class AutoregressiveDecoder:
             raise TypeError(
                 f"warper must be a specjax Warper (make_warper(...)); got {self.warper!r}"
             )
-        loop.resolve_cache_len(self)
+        arguments.resolve_cache_len(self)
 
     # -- the loop driver's protocol --------------------------------------------------------
 
@@ -130,4 +130,4 @@ class AutoregressiveDecoder:
 
     def prepare(self, prompts, max_new_tokens):
         """Host-side validation and bucketing of prompts."""
-        return loop.prepare(self, prompts, max_new_tokens)
+        return arguments.prepare(self, prompts, max_new_tokens)

@@ -39,7 +39,7 @@ import numpy as np
 from flax import struct
 
 from specjax import runtime
-from specjax.decoding import loop
+from specjax.decoding import arguments, loop
 from specjax.decoding.loop import LoopState
 from specjax.decoding.prefill import prefill
 from specjax.decoding.state import DecodeStats, Sequences, last_tokens, nan_flags, nan_message
@@ -288,7 +288,7 @@ class BeamSearchDecoder(BeamSteps):
 
     def __post_init__(self):
         self.check_beam_fields()
-        loop.resolve_cache_len(self)
+        arguments.resolve_cache_len(self)
 
     @property
     def models(self) -> tuple:
@@ -360,10 +360,10 @@ def generate_beams(decoder, params: tuple, prompts, max_new_tokens, eos_id, key=
     decoders share its checks and its `LoopState` and return their finished hypotheses.
     """
     runtime.check_process_settings()
-    tokens, lengths = loop.prepare(decoder, prompts, max_new_tokens)
-    params = loop.check_decoder_params(decoder, params)
-    eos = loop.eos_value(eos_id, decoder.vocab_size)
-    key = jax.random.PRNGKey(0) if key is None else loop.canonical_key(key)
+    tokens, lengths = arguments.prepare(decoder, prompts, max_new_tokens)
+    params = arguments.check_decoder_params(decoder, params)
+    eos = arguments.eos_value(eos_id, decoder.vocab_size)
+    key = jax.random.PRNGKey(0) if key is None else arguments.canonical_key(key)
     result = beam_jit(decoder, params, tokens, lengths, key, max_new_tokens, eos)
     message = nan_message(result.stats.nan_rows)
     if message is not None:

@@ -36,7 +36,7 @@ import jax
 from jax.sharding import Mesh
 
 from specjax import sharding as sh
-from specjax.decoding import loop
+from specjax.decoding import arguments, loop
 from specjax.decoding.state import check_finite_result
 
 
@@ -152,8 +152,8 @@ class ShardedDecoder:
           GenerationResult, replicated on every device (readable by every process).
         """
         self._check_count(model_params)
-        loop.check_decoder_params(self.decoder, model_params)
-        key = loop.canonical_key(key)
+        arguments.check_decoder_params(self.decoder, model_params)
+        key = arguments.canonical_key(key)
         tokens, lengths = self.decoder.prepare(prompts, max_new_tokens)
         self._check_batch(tokens.shape[0])
         shardings = self.param_shardings(*model_params)
@@ -165,7 +165,7 @@ class ShardedDecoder:
         rep = sh.replicated(self.mesh)
         tokens = sh.put(tokens, rows)
         lengths = sh.put(lengths, sh.batch_sharding(self.mesh, self.rules, lengths.shape))
-        eos = loop.eos_value(eos_id, self.decoder.vocab_size)
+        eos = arguments.eos_value(eos_id, self.decoder.vocab_size)
         key, max_new, eos = sh.put((key, max_new_tokens, eos), (rep, rep, rep))
         program = _program(self, _signature(placed))
         result = program(*placed, tokens, lengths, key, max_new, eos)
@@ -188,7 +188,7 @@ class ShardedDecoder:
           A `jax.stages.Lowered`; call `.compile()` on it.
         """
         self._check_count(abstract_params)
-        loop.check_decoder_params(self.decoder, abstract_params)
+        arguments.check_decoder_params(self.decoder, abstract_params)
         self._check_batch(batch)
         i32 = jax.numpy.int32
         key = jax.ShapeDtypeStruct((2,), jax.numpy.uint32) if key is None else key

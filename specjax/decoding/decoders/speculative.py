@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from specjax.decoding import loop, rules
+from specjax.decoding import arguments, loop, rules
 from specjax.decoding.argmax import has_nan
 from specjax.decoding.decoders.verify_width import check_widths, score_to_longest
 from specjax.decoding.drafters.adaptive import AdaptiveDrafter, check_policy
@@ -209,7 +209,7 @@ class SpeculativeSteps:
 
     def prepare(self, prompts, max_new_tokens):
         """Host-side validation and bucketing of prompts."""
-        return loop.prepare(self, prompts, max_new_tokens)
+        return arguments.prepare(self, prompts, max_new_tokens)
 
     def generate(
         self,
@@ -336,7 +336,7 @@ class SpeculativeDecoder(SpeculativeSteps):
             )
         _ = self.widths  # validates verify_widths
         check_feature_target(self.target, self.drafter)
-        loop.resolve_cache_len(self)
+        arguments.resolve_cache_len(self)
 
     @property
     def lossless(self) -> bool:

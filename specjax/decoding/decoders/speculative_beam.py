@@ -49,6 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.decoding.arguments import resolve_cache_len
 from specjax.decoding.decoders.beam import (
     BeamSteps,
     count_step,
@@ -58,7 +59,7 @@ from specjax.decoding.decoders.beam import (
 )
 from specjax.decoding.drafters.base import Verdict, is_drafter
 from specjax.decoding.drafters.model import ModelDrafter
-from specjax.decoding.loop import LoopState, resolve_cache_len
+from specjax.decoding.loop import LoopState
 from specjax.decoding.sampling import make_warper
 from specjax.decoding.state import last_tokens
 from specjax.decoding.trees.drafter import TreeDrafter

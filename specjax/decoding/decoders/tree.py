@@ -19,7 +19,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.decoding import loop
+from specjax.decoding import arguments
 from specjax.decoding.decoders.speculative import SpeculativeSteps
 from specjax.decoding.drafters.base import feature_layers, is_drafter
 from specjax.decoding.drafters.feature_heads import check_feature_target
@@ -113,7 +113,7 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
         if self.children not in CHILDREN_MODES:
             raise ValueError(f"children must be one of {CHILDREN_MODES}; got {self.children!r}")
         check_feature_target(self.target, self.drafter)
-        loop.resolve_cache_len(self)
+        arguments.resolve_cache_len(self)
 
     @property
     def drafter(self):

@@ -13,7 +13,7 @@ Finally the N - 1 best candidates become the tree: tokens [batch, N - 1] and the
 (`Proposal.parents`), with probs None: point masses, whatever the warper.
 
 The head writes slots up to r + (D - 1) k, which can pass the target's N - 1: the decoder
-reserves `cache_headroom` = max(N - 1, (D - 1) k) slots past the sequence (`loop.prepare`).
+reserves `cache_headroom` = max(N - 1, (D - 1) k) slots past the sequence (`arguments.prepare`).
 """
 
 from __future__ import annotations
