@@ -263,7 +263,7 @@ def test_the_parser_sees_known_arrows():
     assert ("specjax.decoding", "specjax.models") in import_graph()
     graph = module_graph()
     assert "specjax.decoding.rules._common" in graph["specjax.decoding.rules.block"]
-    assert "specjax.decoding.loop" in graph["specjax.decoding.decoders.speculative"]
+    assert "specjax.decoding.loop" in graph["specjax.decoding.decoders.steps"]
 
 
 def _plant(tmp_path, files: dict[str, str]) -> dict[str, set[str]]:

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.decoding import arguments
-from specjax.decoding.decoders.speculative import SpeculativeSteps
+from specjax.decoding.decoders.steps import SpeculativeSteps
 from specjax.decoding.drafters.base import feature_layers, is_drafter
 from specjax.decoding.drafters.feature_heads import check_feature_target
 from specjax.decoding.prefill import target_features
