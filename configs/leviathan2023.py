@@ -15,7 +15,7 @@ Trained models are cached under ~/.cache/specjax/models (keyed by their training
 second run only measures. Hardware: our 2-core CPU; runtimes in the README.
 
     # The real target with drafts that need no training (prompt lookup; Table 2 at γ = 1, 2, 4):
-    # fetch and measure only, about 8 minutes on our 2-core CPU.
+    # fetch and measure only, 8-13 minutes on our 2-core CPUs.
     python -m experiments.main --config=configs/leviathan2023.py:smollm2,quick \
         --workdir=runs/lev-smollm2-quick
 
@@ -163,7 +163,7 @@ def _smollm2(config, options) -> None:
     if options.get("quick"):
         # Drafts that need no training, so the first run only fetches and measures: prompt
         # lookup, and the uniform draft whose iteration gives the verification cost (c);
-        # Table 2 for prompt lookup at γ = 1, 2, 4. About 8 minutes on our 2-core CPU (with the
+        # Table 2 for prompt lookup at γ = 1, 2, 4. 8-13 minutes on our 2-core CPUs (with the
         # fetch).
         config.drafts = options.get("drafts", ("prompt lookup", "uniform"))
         config.heads = options.get("heads", ())
