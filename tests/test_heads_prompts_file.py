@@ -54,6 +54,7 @@ def test_the_data_is_the_targets_replies_to_the_files_prompts(target, tmp_path):
     )
     meta = data.meta
     assert meta["num_prompts"] == 3 and meta["sequences"] == 3 and "stdlib" not in meta
+    assert meta["prompts_skipped"] == 0
     assert meta["prompts_sha256"] == heads_data._prompts_sha256(prompts)
     for s, prompt in enumerate(prompts):  # t = 0 for the first two, t = 1 for the last
         ids = np.asarray(tokenizer.apply_chat_template(prompt.messages), np.int32)
@@ -69,6 +70,16 @@ def test_the_data_is_the_targets_replies_to_the_files_prompts(target, tmp_path):
     changed = _write(tmp_path / "changed.jsonl", lines)
     with pytest.raises(ValueError, match="was built from other data"):
         heads_data.feature_data(model, params, tokenizer, prompts_file=changed, path=out, **kw)
+    # A prompt longer than max_prompt_tokens after the chat template is skipped, and counted.
+    lengths = [len(tokenizer.apply_chat_template(p.messages)) for p in prompts]
+    cap = max(lengths) - 1
+    short = heads_data.feature_data(
+        model, params, tokenizer, prompts_file=str(tmp_path / "train.jsonl"),
+        path=os.fspath(tmp_path / "short.npz"), max_prompt_tokens=cap, **kw,
+    )  # fmt: skip
+    over = sum(n > cap for n in lengths)
+    assert over >= 1 and short.meta["prompts_skipped"] == over
+    assert short.meta["sequences"] == 3 - over == len(short.offsets) - 1
 
 
 def test_a_file_holding_an_evaluation_prompt_is_refused(target, tmp_path):

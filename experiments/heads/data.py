@@ -88,6 +88,7 @@ def feature_data(
     prompts = train_prompts(num_prompts, seed) if file_prompts is None else file_prompts
     ids = [np.asarray(tokenizer.apply_chat_template(p.messages), np.int32) for p in prompts]
     ids = [x for x in ids if len(x) <= max_prompt_tokens]
+    skipped = len(prompts) - len(ids)  # longer than max_prompt_tokens after the template
     sequences, prompt_lengths = [], []
     share = -(-len(ids) // len(temperatures))
     for j, temperature in enumerate(temperatures):
@@ -105,6 +106,7 @@ def feature_data(
         settings,
         fingerprint=fingerprint,
         sequences=len(sequences),
+        prompts_skipped=skipped,
         tokens=int(sum(len(s) for s in sequences)),
         reply_tokens=int(sum(len(s) - p for s, p in zip(sequences, prompt_lengths, strict=True))),
         generate_seconds=round(gen_s, 1),
