@@ -15,10 +15,10 @@ At the top, what every decoder shares:
   * `loop.py`: one driver (`generate`, `stream`, the jitted programs) for any decoder that offers
     `models`, `init` and `step`; `LoopState` is every decoder's loop state. `arguments.py`:
     the host-side checks of a decoder's arguments (cache length, prompts, params, EOS, key),
-    each naming the argument. `state.py`: the
-    output sequences, `emit` and the counters; `stats.py`: their host-side summary;
-    `prompts.py`: padding and capacity checks; `prefill.py`: a model fed every prompt token
-    but the last (every decoder's and drafter's `init`).
+    each naming the argument. `state.py`: the output sequences, `emit` and the counters;
+    `stats.py`: their host-side summary; `prompts.py`: padding and capacity checks;
+    `prefill.py`: a model fed every prompt token but the last (every decoder's and drafter's
+    `init`).
   * `sampling.py`: warpers (temperature, top-k, top-p), one shared by target and draft;
     `categorical.py`: `sample_from_probs`, the exact two-level Gumbel-max sampler every draw
     uses (2 sqrt(V) Gumbels per row); `argmax.py`: `first_argmax`, a vectorised `jnp.argmax`.
