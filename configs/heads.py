@@ -70,10 +70,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # a random two-layer Llama over 29 tokens (tests).
     config.target = "tiny-random" if tiny else "smollm2-135m-instruct"
     config.data = ml_collections.ConfigDict()
-    config.data.num_prompts = options.get("prompts", 48 if tiny else 960)
+    config.data.num_prompts = options.get("prompts", 48 if tiny else 4800)
     # "": the prompts of experiments/common/train_prompts.py (num_prompts of them); or a JSON
     # Lines file of your own (experiments/common/real_prompts.py's format), used whole
     config.data.prompts_file = ""
+    # The built-in prompts (without prompts_file): "broad" (experiments/common/broad_prompts.py:
+    # seven kinds of request, passages the target wrote itself among them) or "stdlib"
+    # (experiments/common/train_prompts.py, the set of the heads measured before 2026-12-05)
+    config.data.prompt_set = "broad"
     config.data.max_new_tokens = 24 if tiny else 128
     config.data.temperatures = (0.0, 1.0)
     config.data.batch_size = 16 if tiny else 32

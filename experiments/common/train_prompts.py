@@ -18,6 +18,7 @@ the data; its fingerprint goes into every cache built from these prompts).
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import os
 
@@ -77,10 +78,11 @@ _CODE_TASKS = (
 _LANGS_CODE = ("Python", "JavaScript", "C", "Go", "Rust")
 
 
-def _stdlib_material(limit_files: int = 2000):
+@functools.lru_cache(maxsize=2)
+def stdlib_material(limit_files: int = 2000) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(docstrings, functions) from the stdlib: module docstrings of 200-1200 characters, class
     and function docstrings of 300-1200, and top-level function sources of 5-30 lines, in a
-    fixed order of files."""
+    fixed order of files (read once per process: parsing the files takes seconds)."""
     docs, funcs = [], []
     root = stdlib_root()
     for rel in list_source_files(root)[:limit_files]:
@@ -104,7 +106,7 @@ def _stdlib_material(limit_files: int = 2000):
                 n = node.end_lineno - node.lineno + 1
                 if 5 <= n <= 30:
                     funcs.append("\n".join(lines[node.lineno - 1 : node.end_lineno]))
-    return docs, funcs
+    return tuple(docs), tuple(funcs)
 
 
 def stdlib_fingerprint() -> str:
@@ -172,7 +174,7 @@ def train_prompts(count: int, seed: int = 0) -> tuple[Prompt, ...]:
     """
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(f"count must be an integer >= 1, got {count!r}")
-    docs, funcs = _stdlib_material()
+    docs, funcs = stdlib_material()
     rng = np.random.default_rng(seed)
     held_out = evaluation_texts()
     out, seen = [], set()

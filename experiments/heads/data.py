@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 
+from experiments.common.broad_prompts import broad_prompts, usable_passages, writing_prompts
 from experiments.common.real_prompts import evaluation_texts, load_prompts
 from experiments.common.train_prompts import stdlib_fingerprint, train_prompts
 from specjax.pretrained import cache_dir
@@ -26,8 +27,10 @@ from specjax.training.features import (
     FeatureData,
     generate_replies,
     params_fingerprint,
-    score_features,
+    score_concatenated,
 )
+
+PROMPT_SETS = ("broad", "stdlib")
 
 
 def feature_data(
@@ -44,17 +47,23 @@ def feature_data(
     path: str | None = None,
     layers: tuple = (),
     prompts_file: str = "",
+    prompt_set: str = "broad",
     log=print,
 ) -> FeatureData:
     """The cached feature data for this target and settings (built on first use).
 
     Prompts are split evenly over `temperatures` (greedy replies teach the t = 0 path, sampled
     ones its neighbourhood). Prompts longer than `max_prompt_tokens` after the chat template are
-    skipped. With `prompts_file`, the file's prompts replace `train_prompts(num_prompts, seed)`
-    (all of them, in order; `num_prompts` is unused), and the data is cached under the
+    skipped. `prompt_set` names the built-in prompts: "broad" (`broad_prompts.py`, default: a
+    sixth of `num_prompts` ask the target for everyday passages, whose replies become passages
+    of the other prompts' summaries and questions) or "stdlib" (`train_prompts.py`, the set of
+    the heads measured before 2026-12-05). With `prompts_file`, the file's prompts replace the
+    built-in ones (all of them, in order; `num_prompts` is unused), and the data is cached under the
     fingerprint of their content; a file that holds one of our evaluation prompts is refused,
     since a head trained on it would be measured on its own training text.
     """
+    if prompt_set not in PROMPT_SETS:
+        raise ValueError(f"prompt_set must be one of {PROMPT_SETS}, got {prompt_set!r}")
     file_prompts = check_training_file(prompts_file) if prompts_file else None
     settings = dict(
         params=params_fingerprint(params),
@@ -64,10 +73,13 @@ def feature_data(
         temperatures=list(temperatures),
         seed=seed,
         max_prompt_tokens=max_prompt_tokens,
-        version=1,
+        version=2,  # 2: batches of prompts sorted by length (1: in the prompts' order)
     )
+    if prompt_set != "stdlib":
+        settings["prompt_set"] = prompt_set
     if file_prompts is not None:  # the prompts are the file's, not generated from the stdlib
         del settings["stdlib"]
+        settings.pop("prompt_set", None)
         settings["num_prompts"] = len(file_prompts)
         settings["prompts_sha256"] = _prompts_sha256(file_prompts)
     replies = _fingerprint(settings)  # the replies' (and the final hidden states') own
@@ -85,23 +97,30 @@ def feature_data(
         data.save(path)
         return data
     start = time.perf_counter()
-    prompts = train_prompts(num_prompts, seed) if file_prompts is None else file_prompts
-    ids = [np.asarray(tokenizer.apply_chat_template(p.messages), np.int32) for p in prompts]
-    ids = [x for x in ids if len(x) <= max_prompt_tokens]
-    skipped = len(prompts) - len(ids)  # longer than max_prompt_tokens after the template
-    sequences, prompt_lengths = [], []
-    share = -(-len(ids) // len(temperatures))
-    for j, temperature in enumerate(temperatures):
-        part = ids[j * share : (j + 1) * share]
-        sequences += generate_replies(
-            model, params, part, max_new_tokens=max_new_tokens, temperature=temperature,
-            seed=seed + j, eos_id=tokenizer.eos_id, batch_size=batch_size,
-            cache_len=max_prompt_tokens + max_new_tokens, log=log,
-        )  # fmt: skip
-        prompt_lengths += [len(x) for x in part]
+    generate = dict(
+        model=model, params=params, tokenizer=tokenizer, temperatures=temperatures, seed=seed,
+        max_new_tokens=max_new_tokens, batch_size=batch_size,
+        max_prompt_tokens=max_prompt_tokens, log=log,
+    )  # fmt: skip
+    if file_prompts is not None:
+        sequences, prompt_lengths, skipped = _replies(file_prompts, **generate)
+    elif prompt_set == "stdlib":
+        sequences, prompt_lengths, skipped = _replies(train_prompts(num_prompts, seed), **generate)
+    else:  # "broad": stage 1's passages feed stage 2's summaries and questions
+        first = writing_prompts(max(1, num_prompts // 6), seed)
+        sequences, prompt_lengths, skipped = _replies(first, **generate)
+        texts = [tokenizer.decode(s[p:], stop_at_eos=True) for s, p in
+                 zip(sequences, prompt_lengths, strict=True)]  # fmt: skip
+        passages = usable_passages(texts)
+        log(f"stage 1: {len(passages)} of {len(texts)} replies are usable passages")
+        second = broad_prompts(num_prompts - len(first), seed, passages)
+        more = _replies(second, **dict(generate, seed=seed + len(temperatures)))
+        sequences, prompt_lengths = sequences + more[0], prompt_lengths + more[1]
+        skipped += more[2]
     gen_s = time.perf_counter() - start
-    scored = score_features(model, params, sequences, layers=tuple(layers), log=log)
-    features, layer_feats = scored if layers else (scored, None)
+    features, layer_feats = score_concatenated(
+        model, params, sequences, layers=tuple(layers), log=log
+    )
     meta = dict(
         settings,
         fingerprint=fingerprint,
@@ -114,8 +133,34 @@ def feature_data(
     )
     data = FeatureData.build(sequences, prompt_lengths, features, meta, layer_feats)
     data.save(path)
+    if layers and not os.path.exists(_cache_path(replies)):  # a head without layers reuses it
+        os.makedirs(os.path.dirname(_cache_path(replies)), exist_ok=True)
+        meta_replies = {k: v for k, v in meta.items() if k != "feature_layers"}
+        FeatureData(data.tokens, data.features, data.loss_mask, data.offsets,
+                    dict(meta_replies, fingerprint=replies)).save(_cache_path(replies))  # fmt: skip
     log(f"feature data: {meta}")
     return data
+
+
+def _replies(prompts, *, model, params, tokenizer, temperatures, seed, max_new_tokens,
+             batch_size, max_prompt_tokens, log):  # fmt: skip
+    """(sequences, prompt lengths, skipped): the target's replies to `prompts` (chat
+    templated; those over `max_prompt_tokens` skipped), split evenly over `temperatures`."""
+    ids = [np.asarray(tokenizer.apply_chat_template(p.messages), np.int32) for p in prompts]
+    ids = [x for x in ids if len(x) <= max_prompt_tokens]
+    sequences, prompt_lengths = [], []
+    share = -(-len(ids) // len(temperatures))
+    for j, temperature in enumerate(temperatures):
+        part = ids[j * share : (j + 1) * share]
+        if not part:
+            continue
+        sequences += generate_replies(
+            model, params, part, max_new_tokens=max_new_tokens, temperature=temperature,
+            seed=seed + j, eos_id=tokenizer.eos_id, batch_size=batch_size,
+            cache_len=max_prompt_tokens + max_new_tokens, log=log,
+        )  # fmt: skip
+        prompt_lengths += [len(x) for x in part]
+    return sequences, prompt_lengths, len(prompts) - len(ids)
 
 
 def token_order(fingerprint: str, vocab_size: int) -> np.ndarray:
@@ -171,13 +216,11 @@ def _with_layers(data: FeatureData, model, params, layers, fingerprint, log) -> 
     """`data`'s replies re-scored for the layer features of `layers` (new fingerprint)."""
     start = time.perf_counter()
     sequences = [data.tokens[a:b] for a, b in zip(data.offsets[:-1], data.offsets[1:], strict=True)]
-    features, layer_feats = score_features(model, params, sequences, layers=tuple(layers),
-                                           log=log)  # fmt: skip
+    _, layer_feats = score_concatenated(model, params, sequences, layers=tuple(layers), log=log)
     meta = dict(
         data.meta, feature_layers=[int(i) for i in layers], fingerprint=fingerprint,
         layer_seconds=round(time.perf_counter() - start, 1),
     )  # fmt: skip
-    out = FeatureData(data.tokens, np.concatenate(features), data.loss_mask, data.offsets, meta,
-                      np.concatenate(layer_feats))  # fmt: skip
+    out = FeatureData(data.tokens, data.features, data.loss_mask, data.offsets, meta, layer_feats)
     log(f"feature data: {meta}")
     return out

@@ -109,7 +109,7 @@ def run(config, workdir: str) -> dict:
             max_new_tokens=config.data.max_new_tokens,
             temperatures=tuple(config.data.temperatures), seed=config.data.seed,
             batch_size=config.data.batch_size, layers=layers, prompts_file=prompts_file,
-            log=logging.info,
+            prompt_set=config.data.get("prompt_set", "broad"), log=logging.info,
         )  # fmt: skip
     draft_ids = None
     if config.draft_vocab:

@@ -75,18 +75,20 @@ def generate_replies(
             f"prompt_ids {too_long[:5]} are too long for cache_len={cache_len} with "
             f"max_new_tokens={max_new_tokens}"
         )
-    # Every batch padded to one prompt width: one program (a compile is 20-40 s on a GPU).
-    bucket = min(bucket_length(max(len(p) for p in prompt_ids)), cache_len)
+    # Prompts sorted by length, so a batch pads to its own longest (a power of two): prefill is
+    # a large share of a batch's work, and one program per width bucket compiles.
+    order = sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]))
     decoder = AutoregressiveDecoder(
-        model, make_warper(temperature), cache_len=cache_len, min_bucket=bucket
+        model, make_warper(temperature), cache_len=cache_len, min_bucket=min(64, cache_len)
     )
     key = jax.random.PRNGKey(seed)
-    out = []
+    out = [None] * len(prompt_ids)
+    done = total = 0
     start = time.perf_counter()
-    for i in range(0, len(prompt_ids), batch_size):
-        chunk = list(prompt_ids[i : i + batch_size])
-        pad = batch_size - len(chunk)
-        chunk = chunk + [chunk[-1]] * pad  # one compiled batch size
+    for i in range(0, len(order), batch_size):
+        rows = order[i : i + batch_size]
+        chunk = [prompt_ids[r] for r in rows]
+        chunk += [chunk[-1]] * (batch_size - len(rows))  # one compiled batch size
         res = decoder.generate(
             params,
             prompts=chunk,
@@ -95,11 +97,12 @@ def generate_replies(
             eos_id=eos_id,
         )
         tokens, lengths = jax.device_get((res.tokens, res.lengths))
-        for b in range(batch_size - pad):
-            out.append(np.asarray(tokens[b, : int(lengths[b])], np.int32))
+        for b, r in enumerate(rows):
+            out[r] = np.asarray(tokens[b, : int(lengths[b])], np.int32)
+            total += len(out[r])
+        done += len(rows)
         if log is not None:
-            done = len(out)
-            rate = sum(len(s) for s in out) / (time.perf_counter() - start)
+            rate = total / (time.perf_counter() - start)
             log(f"replies {done}/{len(prompt_ids)} ({rate:.0f} tokens/s incl. prompts)")
     return out
 
@@ -107,12 +110,35 @@ def generate_replies(
 def score_features(model, params, sequences, *, batch_size: int = 8, layers: tuple = (), log=None):
     """The target's final hidden state at every position of each sequence: float32 [T, embed].
 
-    Sequences are scored in batches padded to the batch's longest, rounded up to a power of
-    two (at least 64), so few programs compile; one forward call per batch.
-
     With `layers` (EAGLE-3's blocks), returns (hidden list, layer features list): the latter
-    float32 [T, len(layers) * embed], the residual streams after those blocks, concatenated
-    (`decoding.prefill.target_features`, what the drafter reads).
+    [T, len(layers) * embed], the residual streams after those blocks, concatenated
+    (`decoding.prefill.target_features`, what the drafter reads). The arrays are float32
+    views of `score_concatenated`'s.
+    """
+    hidden, lays = score_concatenated(
+        model, params, sequences, batch_size=batch_size, layers=layers, layer_dtype=np.float32,
+        log=log,
+    )  # fmt: skip
+    cuts = np.cumsum([len(s) for s in sequences])[:-1]
+    hidden = np.split(hidden, cuts)
+    return (hidden, np.split(lays, cuts)) if layers else hidden
+
+
+def score_concatenated(
+    model, params, sequences, *, batch_size: int = 8, layers: tuple = (), layer_dtype=np.float16,
+    log=None,
+):  # fmt: skip
+    """Every sequence's features, one sequence after another: (hidden float32 [N, embed],
+    layer features `layer_dtype` [N, len(layers) * embed], or None without `layers`).
+
+    Written into arrays of the final size (no per-sequence copies to concatenate: a million
+    tokens of EAGLE-3's three blocks are 3.5 GB in float16). Sequences are scored in batches of
+    similar lengths (sorted), each padded to its longest rounded up to a power of two (at least
+    64), so few programs compile; one forward call per batch. float16 keeps the layer features
+    to about 3 significant digits, below the noise EAGLE-style training adds to its inputs;
+    the final hidden states, which make the labels p, stay float32. A value beyond float16's
+    range (65504; the first blocks' massive activations reach ~2.5e4 in SmolLM2) turns the
+    whole array float32; non-finite features raise ValueError.
     """
 
     def run(p, tokens, n):
@@ -121,21 +147,39 @@ def score_features(model, params, sequences, *, batch_size: int = 8, layers: tup
         return out.hidden, (target_features(out, layers) if layers else out.hidden[..., :0])
 
     forward = jax.jit(run)
-    out, out_layers = [], []
+    lengths = np.array([len(s) for s in sequences], np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    hidden = lays = None
+    order = np.argsort(lengths, kind="stable")
     for i in range(0, len(sequences), batch_size):
-        chunk = sequences[i : i + batch_size]
-        width = bucket_length(max(len(s) for s in chunk), 64)
+        rows = order[i : i + batch_size]
+        width = bucket_length(int(lengths[rows].max()), 64)
         tokens = np.zeros((batch_size, width), np.int32)
-        lengths = np.zeros((batch_size,), np.int32)
-        for b, s in enumerate(chunk):
-            tokens[b, : len(s)] = s
-            lengths[b] = len(s)
-        hidden, lays = jax.device_get(forward(params, jnp.asarray(tokens), jnp.asarray(lengths)))
-        out.extend(np.asarray(hidden[b, : len(s)], np.float32) for b, s in enumerate(chunk))
-        out_layers.extend(np.asarray(lays[b, : len(s)], np.float32) for b, s in enumerate(chunk))
+        for b, r in enumerate(rows):
+            tokens[b, : lengths[r]] = sequences[r]
+        n = np.zeros((batch_size,), np.int32)
+        n[: len(rows)] = lengths[rows]
+        h, f = jax.device_get(forward(params, jnp.asarray(tokens), jnp.asarray(n)))
+        if hidden is None:
+            hidden = np.zeros((offsets[-1], h.shape[-1]), np.float32)
+            lays = np.zeros((offsets[-1], f.shape[-1]), layer_dtype) if layers else None
+        for b, r in enumerate(rows):
+            hidden[offsets[r] : offsets[r + 1]] = h[b, : lengths[r]]
+            if layers:
+                rows_f = f[b, : lengths[r]]
+                with np.errstate(over="ignore"):  # checked right below
+                    lays[offsets[r] : offsets[r + 1]] = rows_f
+                if not np.isfinite(lays[offsets[r] : offsets[r + 1]]).all():
+                    if not np.isfinite(rows_f).all():
+                        raise ValueError(
+                            f"the target's layer features of sequence {r} are not finite "
+                            "(NaN or inf): check the target's params"
+                        )
+                    lays = lays.astype(np.float32)  # beyond float16's range: keep float32
+                    lays[offsets[r] : offsets[r + 1]] = rows_f
         if log is not None:
-            log(f"features {len(out)}/{len(sequences)}")
-    return (out, out_layers) if layers else out
+            log(f"features {min(i + batch_size, len(sequences))}/{len(sequences)}")
+    return hidden, lays
 
 
 @dataclasses.dataclass
@@ -149,8 +193,9 @@ class FeatureData:
       offsets: int64 [S + 1] sequence s is [offsets[s], offsets[s + 1]).
       meta: what it was built from (fingerprint, counts, seconds; "feature_layers" when
         `layers` is set).
-      layers: None, or float32 [N, len(feature_layers) * embed] the residual streams after an
-        EAGLE-3 head's target blocks (what it reads; `features` stay its labels' source).
+      layers: None, or [N, len(feature_layers) * embed] the residual streams after an EAGLE-3
+        head's target blocks (what it reads; `features` stay its labels' source): float32, or
+        float16 as `score_concatenated` stores them (batches come out float32 either way).
     """
 
     tokens: np.ndarray
@@ -163,7 +208,9 @@ class FeatureData:
     @classmethod
     def build(cls, sequences, prompt_lengths, features, meta, layers=None) -> FeatureData:
         """From per-sequence tokens, prompt lengths, features [T, embed] and optionally the
-        layer features [T, F] (`score_features(..., layers=...)`)."""
+        layer features [T, F] (`score_features(..., layers=...)`); `features` and `layers` may
+        also be whole arrays [N, ...] (`score_concatenated`), taken as they are. Layer
+        features keep their dtype (float16 from `score_concatenated`)."""
         lengths = [len(s) for s in sequences]
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         mask = np.zeros((offsets[-1],), bool)
@@ -172,11 +219,11 @@ class FeatureData:
             mask[offsets[s] + p - 1 : offsets[s + 1] - 1] = True
         return cls(
             np.concatenate(sequences).astype(np.int32),
-            np.concatenate(features).astype(np.float32),
+            _whole(features).astype(np.float32, copy=False),
             mask,
             offsets,
             dict(meta),
-            None if layers is None else np.concatenate(layers).astype(np.float32),
+            None if layers is None else _whole(layers),
         )
 
     def save(self, path: str) -> None:
@@ -224,3 +271,11 @@ class FeatureData:
     @property
     def num_sequences(self) -> int:
         return len(self.offsets) - 1
+
+
+def _whole(parts) -> np.ndarray:
+    """One array [N, ...]: `parts` itself when it is already one 2-D array, else its pieces
+    concatenated."""
+    if isinstance(parts, np.ndarray) and parts.ndim == 2:
+        return parts
+    return np.concatenate(parts)
