@@ -24,58 +24,20 @@ import os
 
 import numpy as np
 
+from experiments.common import train_words as w
 from experiments.common.real_prompts import TASKS, Prompt, evaluation_texts
 from specjax.data.python_source import list_source_files, stdlib_root
 
-_NAMES = ("Mira", "Tomas", "Aiko", "Lena", "Omar", "Priya", "Jonas", "Zoe", "Kofi", "Elena")
-_PLACES = (
-    "a lighthouse on a windy coast",
-    "a night market in a busy city",
-    "an old observatory in the mountains",
-    "a bakery that opens before dawn",
-    "a train crossing a frozen lake",
-    "a small school on an island",
-    "a garden hidden behind a library",
-    "a research station in the desert",
-)
-_EVENTS = (
-    "finds a map with one street missing",
-    "hears a song nobody else can hear",
-    "receives a letter dated ten years in the future",
-    "loses the key to the only door that matters",
-    "meets a robot that wants to learn to paint",
-    "discovers that the clocks have stopped",
-)
-_STYLES = ("a short story", "the opening paragraph of a story", "a fable with a moral",
-           "a story told in the first person")  # fmt: skip
-_SENTENCES = (
-    "The museum is closed on Mondays, but the garden stays open until six.",
-    "Could you tell me where the nearest pharmacy is?",
-    "We planted three apple trees behind the house last spring.",
-    "The meeting has been moved to Thursday morning at ten.",
-    "My brother is learning to play the guitar.",
-    "Please remember to water the plants while I am away.",
-    "The soup needs more salt and a little pepper.",
-    "It rained all night, so the river is very high today.",
-    "She bought a red umbrella at the station.",
-    "The library will lend you up to five books at a time.",
-)
-_LANGUAGES = ("French", "Spanish", "German", "Italian", "Portuguese")
-_CODE_TASKS = (
-    "checks whether a string is a palindrome, ignoring spaces and case",
-    "returns the n-th Fibonacci number iteratively",
-    "merges two sorted lists into one sorted list",
-    "counts how often each word appears in a text",
-    "removes duplicate items from a list while keeping their order",
-    "converts a temperature from Celsius to Fahrenheit",
-    "finds the second largest number in a list",
-    "checks whether two strings are anagrams",
-    "flattens a list of lists",
-    "returns the greatest common divisor of two integers",
-    "groups a list of words by their first letter",
-    "validates that a string looks like an email address",
-)
-_LANGS_CODE = ("Python", "JavaScript", "C", "Go", "Rust")
+# The first entries of `train_words`' lists (which the broad set uses whole): this set's prompts
+# stay those the heads measured before 2026-12-05 were trained on.
+_NAMES = w.NAMES[:10]
+_PLACES = w.PLACES[:8]
+_EVENTS = w.EVENTS[:6]
+_STYLES = w.STYLES[:4]
+_SENTENCES = w.SENTENCES[:10]
+_LANGUAGES = w.LANGUAGES[:5]
+_CODE_TASKS = w.CODE_TASKS[:12]
+_LANGS_CODE = w.CODE_LANGS[:5]
 
 
 @functools.lru_cache(maxsize=2)

@@ -2,7 +2,8 @@
 
 Plain data: topics, characters, places, sentences to translate, code tasks, arithmetic
 settings. None of it is an evaluation prompt or taken from one (`real_prompts.py` holds those;
-`broad_prompts` also refuses any prompt equal to one).
+`broad_prompts` also refuses any prompt equal to one). The older "stdlib" set
+(`train_prompts.py`) reads the first entries of some of these lists: append, never reorder.
 """
 
 # Everyday subjects for passages, explanations, advice and questions.
