@@ -16,13 +16,15 @@ half t = 1), scored once for their features and cached under $SPECJAX_CACHE/feat
 fingerprint of the target's params, the prompts and these settings. On our 2-core CPU the data takes
 80 minutes once (4,766 replies, 949 k tokens, 493 k of them reply tokens: 40 minutes to generate, 40
 to score); `eagle3`'s data (three blocks' features, 5.5 GB) also saves the plain data (2.2 GB) that
-`eagle1`, `medusa` and `distilled` read. A CPU-sized EAGLE-3 run: `eagle3,steps=1200,ttt=3` (3.5 s a
-step here; ttt=7 takes 11 s). `tiny` is the CI-sized variant: a random tiny Llama target, random
-prompts, seconds. A run resumes from its newest checkpoint when started again with the same workdir;
-outputs: checkpoints/, metrics.jsonl, summary.json (data size, seconds, final metrics). Training
-prompts of your own: `--config.data.prompts_file=train.jsonl` (JSON Lines, as
-experiments/common/real_prompts.py reads evaluation prompts). Evaluation on held-out prompts:
-`scripts/bench_real.py --parts=drafts --heads=<workdir>`.
+`eagle1`, `medusa` and `distilled` read. A CPU-sized EAGLE-3 run, the one measured in
+experiments/real/RESULTS.md ("EAGLE-3 on the broad prompt set"):
+`eagle3,steps=900,ttt=3,prompts=2400` (48 min of data, 3.7 s a step; ttt=7 takes 11 s a step).
+`tiny` is the CI-sized variant: a random tiny Llama target, random prompts, seconds. A run resumes
+from its newest checkpoint when started again with the same workdir; outputs: checkpoints/,
+metrics.jsonl, summary.json (data size, seconds, final metrics). Training prompts of your own:
+`--config.data.prompts_file=train.jsonl` (JSON Lines, as experiments/common/real_prompts.py reads
+evaluation prompts). Evaluation on held-out prompts: `scripts/bench_real.py --parts=drafts
+--heads=<workdir>`.
 
 String options after the colon (comma-separated):
     eagle1 | eagle3 | medusa | distilled
