@@ -1,4 +1,4 @@
-"""Shared set-up of the feature-head tests: a tiny random Llama-shaped target."""
+"""Shared set-up of the feature-head tests (their tiny target is `specjax.testing.tiny_llama`)."""
 
 from __future__ import annotations
 
@@ -8,22 +8,6 @@ import numpy as np
 
 from specjax.decoding.loop import init_jit, step_jit
 from specjax.decoding.prompts import pad_prompts
-from specjax.models import TransformerConfig, TransformerLM
-
-
-def tiny_llama(vocab: int, seed: int = 0, embed: int = 16):
-    cfg = TransformerConfig(
-        vocab_size=vocab, num_layers=2, num_heads=2, num_kv_heads=1, embed_dim=embed,
-        mlp_dim=32, max_len=64, norm="rmsnorm", positions="rope", mlp="swiglu",
-        tie_embeddings=True,
-    )  # fmt: skip
-    model = TransformerLM(cfg)
-    params = model.init_params(jax.random.PRNGKey(seed))
-    # Larger logits than the 0.02 init gives: a target law far from uniform.
-    params = jax.tree.map(
-        lambda x: jax.device_put(np.asarray(x) * 8.0) if x.ndim == 2 else x, params
-    )
-    return model, params
 
 
 def stepped_state(dec, tp, hp, vocab: int, steps: int = 4):

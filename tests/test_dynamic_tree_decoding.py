@@ -34,7 +34,7 @@ from specjax.decoding.trees.dynamic import DynamicTree, select_nodes
 from specjax.decoding.trees.eagle_dynamic import EagleDynamicTreeDrafter
 from specjax.models import EagleHead
 from specjax.models.kv_cache import rollback
-from tests.heads_setup import tiny_llama
+from specjax.testing import tiny_llama
 
 T1 = make_warper(1.0)
 T0 = make_warper(0.0)

@@ -31,7 +31,8 @@ from specjax.decoding import (
 from specjax.decoding.loop import init_jit, step_jit
 from specjax.decoding.prompts import pad_prompts
 from specjax.models import EagleHead, TransformerLM, with_matmul
-from tests.heads_setup import stepped_state, tiny_llama
+from specjax.testing import tiny_llama
+from tests.heads_setup import stepped_state
 
 T1 = make_warper(1.0)
 T0 = make_warper(0.0)

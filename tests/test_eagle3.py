@@ -36,8 +36,9 @@ from specjax.decoding import (
     make_warper,
 )
 from specjax.models import EagleHead, eagle3_layers
+from specjax.testing import tiny_llama
 from specjax.training import eagle3
-from tests.heads_setup import stepped_state, tiny_llama
+from tests.heads_setup import stepped_state
 
 T0 = make_warper(0.0)
 T1 = make_warper(1.0)

@@ -27,7 +27,7 @@ from specjax.decoding import (
     make_warper,
 )
 from specjax.models import MedusaHeads
-from tests.heads_setup import tiny_llama
+from specjax.testing import tiny_llama
 
 T1, T0 = make_warper(1.0), make_warper(0.0)
 PROMPTS = ((2,), (1, 4, 3))

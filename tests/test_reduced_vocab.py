@@ -24,7 +24,7 @@ from specjax import testing
 from specjax.decoding import SpeculativeDecoder, TokenTree, TreeSpeculativeDecoder, make_warper
 from specjax.models import NgramLM, ReducedVocabLM, reduce_vocab
 from specjax.models.distilled_draft import DistilledDraft
-from tests.heads_setup import tiny_llama
+from specjax.testing import tiny_llama
 
 T1 = make_warper(1.0)
 

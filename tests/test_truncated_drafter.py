@@ -33,7 +33,7 @@ from specjax.decoding import (
     make_warper,
 )
 from specjax.models import EagleHead
-from tests.heads_setup import tiny_llama
+from specjax.testing import tiny_llama
 
 T1 = make_warper(1.0)
 T0 = make_warper(0.0)

@@ -12,13 +12,15 @@ by its own forward pass; `decoder`):
 
 `testing.calibrate()` runs the kit on the library's rules (must pass) and on bundled biased
 rules (must fail) and prints the table. Modules: `kit` (the checks and reports), `decoder`
-(`check_decoder`, `tiny_bigram_pair`), `law` (exact laws of chained calls by enumeration on tiny
-vocabularies), `sampler` (JAX sampler of chained calls, chi-square checks), `stats` (pooled
-Pearson chi-square, p-values without scipy), `biased` (the biased rules). Needs no scipy.
+(`check_decoder`, `tiny_bigram_pair`, `tiny_llama`), `law` (exact laws of chained calls by
+enumeration on tiny vocabularies), `sampler` (JAX sampler of chained calls, chi-square checks),
+`stats` (pooled Pearson chi-square, p-values without scipy), `biased` (the biased rules),
+`audit` (`check_decoder` on random configurations of every decoder kind: `audit.run(runs=40)`,
+`scripts/audit_decoders.py`). Needs no scipy.
 """
 
-from specjax.testing import biased, law, sampler, stats
-from specjax.testing.decoder import check_decoder, tiny_bigram_pair
+from specjax.testing import audit, biased, law, sampler, stats
+from specjax.testing.decoder import check_decoder, tiny_bigram_pair, tiny_llama
 from specjax.testing.kit import (
     KINDS,
     Calibration,
@@ -36,6 +38,7 @@ __all__ = [
     "CheckResult",
     "Chi2",
     "Report",
+    "audit",
     "biased",
     "calibrate",
     "check_acceptance_rule",
@@ -46,4 +49,5 @@ __all__ = [
     "sampler",
     "stats",
     "tiny_bigram_pair",
+    "tiny_llama",
 ]

@@ -86,6 +86,29 @@ def tiny_bigram_pair(vocab: int = 5, seed: int = 0, *, concentration: float = 0.
     return model, params(p), model, params(q)
 
 
+def tiny_llama(vocab: int, seed: int = 0, embed: int = 16):
+    """A tiny random Llama-shaped target (2 layers, GQA, RoPE, SwiGLU) for feature-head drafts.
+
+    Its 2-D weights are scaled by 8 from the 0.02 init, so the target's law is far from uniform.
+
+    Returns:
+      (model, params): a `TransformerLM` of `vocab` tokens, 64 positions, and its params.
+    """
+    from specjax.models import TransformerConfig, TransformerLM
+
+    cfg = TransformerConfig(
+        vocab_size=vocab, num_layers=2, num_heads=2, num_kv_heads=1, embed_dim=embed,
+        mlp_dim=32, max_len=64, norm="rmsnorm", positions="rope", mlp="swiglu",
+        tie_embeddings=True,
+    )  # fmt: skip
+    model = TransformerLM(cfg)
+    params = model.init_params(jax.random.PRNGKey(seed))
+    params = jax.tree.map(
+        lambda x: jax.device_put(np.asarray(x) * 8.0) if x.ndim == 2 else x, params
+    )
+    return model, params
+
+
 def target_law(
     decoder, target_params, prompt: Sequence[int], length: int, eos_id: int | None = None
 ) -> np.ndarray:

@@ -1,0 +1,147 @@
+"""The randomized losslessness audit (`specjax.testing.audit`): its configurations and verdicts.
+
+* The samplers: deterministic per seed, round-robin over families, every knob's values drawn
+  (both rules, every γ policy, trees with and without replacement, sampled and top-k children,
+  EAGLE chains, static and dynamic trees, reduced draft vocabularies, EOS, ragged mixed
+  prompts), every random topology a valid `TokenTree`, and every spec a JSON round trip. Pure
+  Python: nothing is built.
+* Every family's builder makes a decoder of the spec's kind (no generation).
+* End to end: two lossless configurations pass, `replay` repeats a run's report exactly, and a
+  family built on a biased rule (token-wise verification without the residual, mix 0.9) fails.
+  False-failure rate of the passing run: its Bonferroni bound, k x 1e-6 over its k checks
+  (`AuditResult.false_failure_rate`, asserted below 1e-4). The biased run failed at
+  p = 6e-231 when written (2^12 rows), against the 1e-6 threshold.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from specjax.decoding import (
+    SpeculativeDecoder,
+    TokenTree,
+    TreeSpeculativeDecoder,
+)
+from specjax.decoding.rules import BoundRule
+from specjax.testing import audit, biased
+
+SAMPLES = 300  # per family; ~0.2 s of numpy in all
+
+
+def _knobs(family):
+    rng = np.random.default_rng(5)
+    return [audit.sample(family, rng).knobs for _ in range(SAMPLES)]
+
+
+def test_specs_are_deterministic_and_round_robin():
+    a = audit.specs(10, seed=3)
+    assert a == audit.specs(10, seed=3) and a != audit.specs(10, seed=4)
+    names = list(audit.FAMILIES)
+    assert [s.family for s in a] == [names[i % len(names)] for i in range(10)]
+    assert [s.family for s in audit.specs(4, families=["tree", "eagle"])] == ["tree", "eagle"] * 2
+    for spec in a:
+        assert audit.Spec.from_json(spec.to_json()) == spec
+    with pytest.raises(ValueError, match="family: unknown 'beam'"):
+        audit.specs(2, families=["beam"])
+    with pytest.raises(ValueError, match="runs must be >= 1"):
+        audit.specs(0)
+
+
+@pytest.mark.parametrize("family", list(audit.FAMILIES))
+def test_every_family_draws_the_shared_knobs(family):
+    knobs = _knobs(family)
+    low = 5 if family in ("eagle", "medusa") else 4  # the tiny Llama: 5 to 7 tokens
+    assert {k["vocab"] for k in knobs} == set(range(low, 8))
+    assert 0.2 < np.mean([k["eos_id"] is not None for k in knobs]) < 0.5
+    assert {len(k["prompts"]) for k in knobs} == {1, 2, 3}
+    assert any(k["mixed"] for k in knobs) and not any(
+        k["mixed"] for k in knobs if len(k["prompts"]) == 1
+    )
+    assert any(k["top_k"] for k in knobs) and any(k["top_p"] < 1 for k in knobs)
+    temps = [k["temperature"] for k in knobs]
+    assert 0.5 <= min(temps) < 0.6 and 1.2 < max(temps) <= 1.3
+    for k in knobs:
+        assert all(0 <= t < k["vocab"] for p in k["prompts"] for t in p) and k["prompts"][0]
+        if k.get("parents"):
+            TokenTree(tuple(k["parents"]))  # raises on an invalid topology
+
+
+def test_family_knobs_cover_their_kinds():
+    seen = collections.defaultdict(set)
+    for family in audit.FAMILIES:
+        for k in _knobs(family):
+            for name in ("rule", "outer_rule", "inner_rule", "children", "replacement",
+                         "structure", "eagle3"):  # fmt: skip
+                if name in k:
+                    seen[family, name].add(k[name])
+            if "policy" in k:
+                seen[family, "policy"].add(str(k["policy"]).partition(":")[0])
+            if "draft_ids" in k:
+                seen[family, "reduced"].add(k["draft_ids"] is not None)
+            if k.get("parents"):
+                depth = [0]
+                for p in k["parents"][1:]:
+                    depth.append(depth[p] + 1)
+                seen[family, "depth"].add(max(depth))
+    both = {True, False}
+    rules = {"tokenwise", "block"}
+    assert seen["chain", "rule"] == seen["adaptive", "rule"] == rules
+    assert seen["hierarchy", "outer_rule"] == seen["hierarchy", "inner_rule"] == rules
+    assert seen["adaptive", "policy"] == set(audit.POLICIES)
+    assert seen["lookup", "policy"] == {*audit.POLICIES, "None"}
+    assert seen["tree", "replacement"] == both and seen["tree", "children"] == {"sample", "top_k"}
+    assert seen["tree", "depth"] == {1, 2, 3, 4} and seen["lookup_tree", "depth"] == {1, 2, 3, 4}
+    assert seen["eagle", "structure"] == {"chain", "tree", "dynamic"}
+    assert seen["eagle", "eagle3"] == both and seen["eagle", "reduced"] == both
+    assert seen["medusa", "reduced"] == both and seen["medusa", "replacement"] == both
+
+
+@pytest.mark.parametrize("family", list(audit.FAMILIES))
+def test_every_family_builds_its_kind_of_decoder(family):
+    rng = np.random.default_rng(0)
+    spec = audit.sample(family, rng)
+    while family == "eagle" and spec.knobs["structure"] != "dynamic":  # the rarest builder
+        spec = audit.sample(family, rng)
+    case = audit.build(spec)
+    kind = TreeSpeculativeDecoder if spec.knobs.get("parents") or family == "eagle" else None
+    assert isinstance(case.decoder, kind or SpeculativeDecoder), case.decoder
+    assert len(case.params) == len(case.decoder.models)
+    assert case.decoder.vocab_size == spec.knobs["vocab"]
+    assert case.check["prompts"] == [tuple(p) for p in spec.knobs["prompts"]]
+
+
+def _biased_build(knobs):
+    """The chain family's decoder with token-wise verification that skips the residual."""
+    case = audit.build(audit.Spec("chain", knobs))
+    rule = BoundRule(biased.biased_accept, (("variant", biased.BIASED["no_residual"]),))
+    decoder = dataclasses.replace(case.decoder, accept=rule)
+    return dataclasses.replace(case, decoder=decoder, spec=audit.Spec("biased", knobs))
+
+
+BIASED = audit.Family(
+    lambda rng: dict(audit.FAMILIES["chain"].sample(rng), mix=0.9, top_k=None, top_p=1.0),
+    _biased_build,
+)
+
+
+@pytest.mark.slow
+def test_an_audit_passes_lossless_decoders_replays_them_and_fails_a_biased_one():
+    result = audit.run(2, seed=1, draws=1 << 12, families=["chain", "tree"])
+    print(result)
+    assert result.passed and result.false_failure_rate < 1e-4
+    first = result.runs[0]
+    again = audit.replay(first.spec, seed=first.seed, draws=1 << 12)
+    assert again.runs[0].report.results == first.report.results
+    record = json.loads(json.dumps(first.to_record()))
+    assert record["passed"] and record["seed"] == first.seed and record["family"] == "chain"
+
+    registry = dict(audit.FAMILIES, biased=BIASED)
+    bad = audit.run(1, seed=1, draws=1 << 12, families=["biased"], registry=registry)
+    print(bad)
+    assert not bad.passed and bad.failures[0].report.min_pvalue < 1e-20
+    assert "FAILED" in str(bad)
