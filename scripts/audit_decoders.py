@@ -13,11 +13,19 @@ run at 2^16 rows on a 2-core CPU (the EAGLE and Medusa runs are the slow ones).
 """
 
 import json
+import os
 import sys
 
-from absl import app, flags
+# Four XLA:CPU devices, so the `sharded` family splits rows over 1, 2 or 4 of them (before jax
+# starts; a device count you set yourself is kept).
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+    ).strip()
 
-import specjax
+from absl import app, flags  # noqa: E402
+
+import specjax  # noqa: E402
 
 specjax.configure_cpu()
 

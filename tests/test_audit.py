@@ -5,11 +5,14 @@
   EAGLE chains, static and dynamic trees, reduced draft vocabularies, EOS, ragged mixed
   prompts), every random topology a valid `TokenTree`, and every spec a JSON round trip. Pure
   Python: nothing is built.
-* Every family's builder makes a decoder of the spec's kind (no generation).
+* Every family's builder makes a decoder of the spec's kind (no generation); a sharded spec
+  asks for its devices by name, and `check_decoder` reads a `ShardedDecoder`'s law from the
+  decoder it runs (one device here: the multi-device runs are the script's).
 * End to end: two lossless configurations pass, `replay` repeats a run's report exactly, and a
   family built on a biased rule (token-wise verification without the residual, mix 0.9) fails.
   False-failure rate of the passing run: its Bonferroni bound, k x 1e-6 over its k checks
-  (`AuditResult.false_failure_rate`, asserted below 1e-4). The biased run failed at
+  (`AuditResult.false_failure_rate`, asserted below 1e-4); the sharded run's, its k x 1e-6
+  (below 2e-5). The biased run failed at
   p = 6e-231 when written (2^12 rows), against the 1e-6 threshold.
 """
 
@@ -19,16 +22,19 @@ import collections
 import dataclasses
 import json
 
+import jax
 import numpy as np
 import pytest
 
 from specjax.decoding import (
+    ShardedDecoder,
     SpeculativeDecoder,
     TokenTree,
     TreeSpeculativeDecoder,
 )
 from specjax.decoding.rules import BoundRule
 from specjax.testing import audit, biased
+from specjax.testing.decoder import lawful
 
 SAMPLES = 300  # per family; ~0.2 s of numpy in all
 
@@ -108,11 +114,30 @@ def test_every_family_builds_its_kind_of_decoder(family):
     while family == "eagle" and spec.knobs["structure"] != "dynamic":  # the rarest builder
         spec = audit.sample(family, rng)
     case = audit.build(spec)
-    kind = TreeSpeculativeDecoder if spec.knobs.get("parents") or family == "eagle" else None
-    assert isinstance(case.decoder, kind or SpeculativeDecoder), case.decoder
+    inner = lawful(case.decoder)
+    if family == "sharded":
+        assert isinstance(case.decoder, ShardedDecoder) and inner is case.decoder.decoder
+        assert case.decoder.data_parallelism == spec.knobs["data"]
+    tree = spec.knobs.get("parents") or spec.knobs.get("structure") in ("tree", "dynamic")
+    assert isinstance(inner, TreeSpeculativeDecoder if tree else SpeculativeDecoder), inner
     assert len(case.params) == len(case.decoder.models)
-    assert case.decoder.vocab_size == spec.knobs["vocab"]
+    assert inner.vocab_size == spec.knobs["vocab"]
     assert case.check["prompts"] == [tuple(p) for p in spec.knobs["prompts"]]
+
+
+def test_a_sharded_spec_needs_its_devices_and_its_decoder_passes():
+    knobs = dict(audit.sample("chain", np.random.default_rng(3)).knobs, inner="chain")
+    too_many = jax.local_device_count() * 2
+    with pytest.raises(ValueError, match=rf"knobs\['data'\] = {too_many}: .* over {too_many}"):
+        audit.build(audit.Spec("sharded", dict(knobs, data=too_many)))
+    # check_decoder through the wrapper: the law and the greedy check are its inner decoder's.
+    spec = audit.Spec("sharded", dict(knobs, data=1))
+    assert isinstance(audit.build(spec).decoder, ShardedDecoder)
+    result = audit.replay(spec, seed=3, draws=1 << 12)
+    print(result)
+    report = result.runs[0].report
+    assert result.passed and report.num_checks == 1 + 4 + 1  # joint, γ + 1 = 4 tokens, greedy
+    assert report.worst("greedy_t0").passed
 
 
 def _biased_build(knobs):

@@ -22,6 +22,8 @@ the suite does not pin down, each from one *family* (a kind of decoder):
   * `eagle`: an untrained EAGLE-1 or EAGLE-3 head on a tiny Llama target: chain (optionally
     under a γ policy), static tree, or EAGLE-2 dynamic tree; optionally a reduced draft vocabulary.
   * `medusa`: Medusa heads on the same target, chain or tree, optionally a reduced vocabulary.
+  * `sharded`: any of the above run by `ShardedDecoder`, its rows split over 1, 2 or 4 devices
+    (as many as the process has: `scripts/audit_decoders.py` asks XLA:CPU for 4).
 
 Every configuration also draws its tiny models (vocab 4-7; bigram tables of random
 concentration and draft-target mix, or a random tiny Llama), its warper (temperature 0.5-1.3,
@@ -421,6 +423,34 @@ def _build_medusa(k):
     return _case("medusa", k, decoder, (tp, hp))
 
 
+def _sample_sharded(rng):
+    """Another family's knobs, plus `inner` (that family) and `data` (devices on the mesh's data
+    axis: 1, 2 or 4, at most the devices this process has)."""
+    inner = SHARDED_INNER[int(rng.integers(len(SHARDED_INNER)))]
+    k = dict(FAMILIES[inner].sample(rng), inner=inner)
+    most = min(4, jax.local_device_count())
+    k["data"] = int(2 ** rng.integers(0, most.bit_length()))
+    return k
+
+
+def _build_sharded(k):
+    from specjax.decoding import ShardedDecoder
+    from specjax.sharding import make_mesh
+
+    if k["data"] > jax.local_device_count():
+        raise ValueError(
+            f"knobs['data'] = {k['data']}: the spec splits rows over {k['data']} devices and "
+            f"this process has {jax.local_device_count()} (XLA_FLAGS="
+            f"--xla_force_host_platform_device_count={k['data']} on a CPU)"
+        )
+    inner = dict(k)
+    del inner["inner"], inner["data"]
+    case = FAMILIES[k["inner"]].build(inner)
+    mesh = make_mesh((k["data"], 1), devices=jax.local_devices()[: k["data"]])
+    decoder = ShardedDecoder(case.decoder, mesh)
+    return dataclasses.replace(case, spec=Spec("sharded", k), decoder=decoder)
+
+
 @dataclasses.dataclass(frozen=True)
 class Family:
     """A kind of decoder: `sample(rng) -> knobs` and `build(knobs) -> Case`."""
@@ -439,6 +469,9 @@ FAMILIES: dict[str, Family] = {
     "eagle": Family(_sample_eagle, _build_eagle),
     "medusa": Family(_sample_medusa, _build_medusa),
 }
+# Any family's decoder run by `ShardedDecoder`, its rows split over the mesh's data axis.
+SHARDED_INNER = tuple(FAMILIES)
+FAMILIES["sharded"] = Family(_sample_sharded, _build_sharded)
 
 
 def _family(name: str, families: dict) -> Family:

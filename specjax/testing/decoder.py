@@ -30,7 +30,10 @@ new tokens and compares the first L emitted tokens with the target's exact law:
     emits past EOS, or stops early, or miscounts what a stopped row emitted, fails;
   * with `mixed=True`, every call holds all prompts side by side (ragged rows in one batch,
     each checked against its own prompt's law): a decoder whose rows read each other's
-    lengths, caches or keys fails where one prompt per call cannot show it.
+    lengths, caches or keys fails where one prompt per call cannot show it;
+  * a wrapper without a warper of its own (`ShardedDecoder`) generates, and the decoder it
+    runs (`lawful`) supplies the law, the warper and the greedy reference; the greedy prompts
+    repeat to a multiple of the wrapper's `data_parallelism`.
 
 Seeds are fixed, so a run is deterministic. `tiny_bigram_pair` builds the target and draft
 tables by hand from Dirichlet draws with a fixed seed (the draft a mixture of the target and
@@ -168,7 +171,7 @@ def sample_streams(
     Every `generate` call has `batch` rows, row r on prompts[r % len(prompts)] (one prompt: a
     tiled batch; several: ragged rows side by side), and its own key, fold_in(key(seed), call).
     With `eos_id`, a row stops after its EOS and its later positions hold the stop symbol
-    `decoder.vocab_size`; a row that stops short of `length` tokens without one raises.
+    `lawful(decoder).vocab_size`; a row that stops short of `length` tokens without one raises.
     """
     prompts = [np.asarray(p, np.int32) for p in prompts]
     if len(prompts) == 1:
@@ -183,7 +186,7 @@ def sample_streams(
         )
     key = jax.random.key(seed)
     out = [[] for _ in prompts]
-    stop = decoder.vocab_size
+    stop = lawful(decoder).vocab_size
     for i in range(-(-draws // per_call)):
         result = decoder.generate(
             *params,
@@ -224,9 +227,11 @@ def greedy_equality(decoder, params, prompts, *, max_new_tokens: int = 12) -> Ch
     from specjax.decoding import AutoregressiveDecoder, make_warper
 
     greedy = make_warper(0.0)
-    fast = dataclasses.replace(decoder, warper=greedy)
-    reference = AutoregressiveDecoder(decoder.models[0], greedy, cache_len=decoder.cache_len)
-    prompts = [np.asarray(p, np.int32) for p in prompts]
+    fast = _with_warper(decoder, greedy)
+    inner = lawful(decoder)
+    reference = AutoregressiveDecoder(inner.models[0], greedy, cache_len=inner.cache_len)
+    # A wrapper that splits rows over devices (`ShardedDecoder`) needs a multiple of its split.
+    prompts = [np.asarray(p, np.int32) for p in prompts] * getattr(decoder, "data_parallelism", 1)
     key = jax.random.key(0)
     ours = fast.generate(*params, prompts=prompts, key=key, max_new_tokens=max_new_tokens)
     ref = reference.generate(params[0], prompts=prompts, key=key, max_new_tokens=max_new_tokens)
@@ -234,6 +239,21 @@ def greedy_equality(decoder, params, prompts, *, max_new_tokens: int = 12) -> Ch
         not np.array_equal(a, b) for a, b in zip(ours.new_tokens(), ref.new_tokens(), strict=True)
     )
     return Chi2(float(bad), 0, 0.0 if bad else 1.0, 0)
+
+
+def lawful(decoder):
+    """The decoder whose `warper`, models and vocabulary define the sampled law: `decoder` itself,
+    or, for a wrapper without a warper of its own (`ShardedDecoder`), the one in `.decoder`."""
+    while not hasattr(decoder, "warper") and hasattr(decoder, "decoder"):
+        decoder = decoder.decoder
+    return decoder
+
+
+def _with_warper(decoder, warper):
+    """`decoder` with `warper` in place of its own (inside a wrapper's `.decoder`)."""
+    if hasattr(decoder, "warper"):
+        return dataclasses.replace(decoder, warper=warper)
+    return dataclasses.replace(decoder, decoder=_with_warper(decoder.decoder, warper))
 
 
 def check_decoder(
@@ -254,12 +274,13 @@ def check_decoder(
 
     Args:
       decoder: any decoder of the loop protocol whose target (`decoder.models[0]`) has a tiny
-        vocabulary and which has a `warper` (used for the exact law).
+        vocabulary and which has a `warper` (used for the exact law), or a wrapper of one that
+        has none of its own (`ShardedDecoder`: the law is its `.decoder`'s; `lawful`).
       *params: one params pytree per entry of `decoder.models` (target first).
       prompts: token prompts; each is a case.
       draws: generated rows per prompt.
       batch: rows per `generate` call (one compile; every call its own key).
-      length: emitted tokens compared (default max(3, decoder.tokens_per_step)).
+      length: emitted tokens compared (default max(3, tokens_per_step)).
       seed: fixed seed; prompt i uses seed * 1000 + i.
       threshold: a check fails below this p-value.
       greedy: also check temperature 0 against the autoregressive decoder token for token
@@ -275,23 +296,24 @@ def check_decoder(
     Returns:
       `Report` (the type `check_acceptance_rule` returns); `report.passed` is the verdict.
     """
-    if not hasattr(decoder, "warper"):
+    inner = lawful(decoder)  # a ShardedDecoder's law is that of the decoder it runs
+    if not hasattr(inner, "warper"):
         raise ValueError(f"decoder must have a warper (its sampling law); got {decoder!r}")
     if len(params) != len(decoder.models):
         raise ValueError(
             f"params: {decoder!r} takes {len(decoder.models)} params pytrees; got {len(params)}"
         )
-    if greedy and not dataclasses.is_dataclass(decoder):
+    if greedy and not (dataclasses.is_dataclass(decoder) and dataclasses.is_dataclass(inner)):
         raise ValueError(
             f"greedy=True rebuilds the decoder at temperature 0 (dataclasses.replace); "
             f"{type(decoder).__name__} is not a dataclass: pass greedy=False"
         )
     if draws < 1 or batch < 1:
         raise ValueError(f"draws and batch must be >= 1; got {draws}, {batch}")
-    length = max(3, int(decoder.tokens_per_step)) if length is None else int(length)
+    length = max(3, int(inner.tokens_per_step)) if length is None else int(length)
     if length < 1:
         raise ValueError(f"length must be >= 1; got {length}")
-    symbols = decoder.vocab_size + (eos_id is not None)  # + the stop symbol
+    symbols = inner.vocab_size + (eos_id is not None)  # + the stop symbol
     start = time.perf_counter()
     if mixed:
         rows = min(batch, draws * len(prompts))
@@ -310,7 +332,7 @@ def check_decoder(
     results = []
     for prompt, streams in zip(prompts, every, strict=True):
         case = f"prompt{list(prompt)}"
-        law = target_law(decoder, params[0], prompt, length, eos_id)
+        law = target_law(inner, params[0], prompt, length, eos_id)
         results.append(
             CheckResult(case, "joint", pooled_chi2(_counts(streams, symbols), law), threshold)
         )
@@ -324,8 +346,10 @@ def check_decoder(
         chi2 = greedy_equality(decoder, params, prompts)
         results.append(CheckResult("greedy_t0", "equal_ar", chi2, threshold))
     if name is None:
-        accept = getattr(decoder, "accept", None)
-        name = type(decoder).__name__
+        accept = getattr(inner, "accept", None)
+        name = type(inner).__name__
+        if inner is not decoder:
+            name = f"{type(decoder).__name__}({name})"
         if accept is not None:
             name += f"[{getattr(accept, '__name__', repr(accept))}]"
     return Report(name, draws, threshold, tuple(results), time.perf_counter() - start)
