@@ -15,7 +15,8 @@ rules (must fail) and prints the table. Modules: `kit` (the checks and reports),
 (`check_decoder`, `tiny_bigram_pair`, `tiny_llama`), `law` (exact laws of chained calls by
 enumeration on tiny vocabularies), `sampler` (JAX sampler of chained calls, chi-square checks),
 `stats` (pooled Pearson chi-square, p-values without scipy), `biased` (the biased rules),
-`audit` (`check_decoder` on random configurations of every decoder kind: `audit.run(runs=40)`,
+`audit` (`check_decoder` on random configurations of every decoder kind, drawn by
+`audit_families`: `audit.run(runs=40)`,
 `scripts/audit_decoders.py`). Needs no scipy.
 """
 
