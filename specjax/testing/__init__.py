@@ -16,8 +16,7 @@ rules (must fail) and prints the table. Modules: `kit` (the checks and reports),
 enumeration on tiny vocabularies), `sampler` (JAX sampler of chained calls, chi-square checks),
 `stats` (pooled Pearson chi-square, p-values without scipy), `biased` (the biased rules),
 `audit` (`check_decoder` on random configurations of every decoder kind, drawn by
-`audit_families`: `audit.run(runs=40)`,
-`scripts/audit_decoders.py`). Needs no scipy.
+`audit_families`: `audit.run(runs=40)`, `scripts/audit_decoders.py`). Needs no scipy.
 """
 
 from specjax.testing import audit, biased, law, sampler, stats
