@@ -117,6 +117,11 @@ def test_bad_tree():
     with pytest.raises(ValueError, match="gamma=2 contradicts tree"):
         SpeculativeBeamDecoder(TARGET, TARGET, 2, 2, tree=tree)
     assert SpeculativeBeamDecoder(TARGET, TARGET, num_beams=2, tree=tree).gamma == 6
+    # The draft's top-k below each beam: no more children per node than its vocabulary (found
+    # by the audit failing inside jit, in jax.lax.top_k).
+    crowded = TokenTree.from_branching((TARGET.vocab_size + 1,))
+    with pytest.raises(ValueError, match=rf"tree: a node has {TARGET.vocab_size + 1} children"):
+        SpeculativeBeamDecoder(TARGET, TARGET, num_beams=2, tree=crowded)
 
 
 def test_bad_pair():

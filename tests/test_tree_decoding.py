@@ -198,6 +198,14 @@ def test_bad_tree_decoder_arguments_raise_naming_them():
         TreeSpeculativeDecoder(TARGET, NgramLM(V + 1), WIDE, GREEDY)
     with pytest.raises(ValueError, match="children must be one of"):
         TreeSpeculativeDecoder(TARGET, draft, WIDE, GREEDY, children="beam")
+    # Top-k children are distinct tokens: no more of them per node than the draft's vocabulary
+    # (the audit found this one failing inside jit, in jax.lax.top_k).
+    crowded = TokenTree.from_branching((V + 1,))
+    with pytest.raises(ValueError, match=rf"tree: a node has {V + 1} children.*greedy warper"):
+        TreeSpeculativeDecoder(TARGET, draft, crowded, GREEDY)
+    with pytest.raises(ValueError, match=rf"tree: a node has {V + 1} children.*'top_k'"):
+        TreeSpeculativeDecoder(TARGET, draft, crowded, SAMPLING, children="top_k")
+    TreeSpeculativeDecoder(TARGET, draft, crowded, SAMPLING)  # sampled children: fine
     with pytest.raises(TypeError, match="replacement must be True or False"):
         TreeSpeculativeDecoder(TARGET, draft, WIDE, GREEDY, replacement="no")
     with pytest.raises(TypeError, match="warper must be a specjax Warper"):

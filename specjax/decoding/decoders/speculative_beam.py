@@ -122,6 +122,7 @@ class SpeculativeBeamDecoder(BeamSteps):
         if isinstance(self.gamma, bool) or not isinstance(self.gamma, int) or self.gamma < 1:
             raise ValueError(f"gamma must be an integer >= 1; got {self.gamma!r}")
         check_vocab(self.target, self.draft)
+        self.drafter  # noqa: B018 (builds the tree drafter, which checks the tree against the draft)
         resolve_cache_len(self)
 
     @property

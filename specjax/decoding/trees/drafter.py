@@ -74,6 +74,13 @@ class TreeDrafter:
 
     def __post_init__(self):
         check_tree_drafter(self.tree, self.children)
+        if self.deterministic and self.tree.max_branch > self.vocab_size:
+            mode = "children='top_k'" if self.children == "top_k" else "a greedy warper"
+            raise ValueError(
+                f"tree: a node has {self.tree.max_branch} children, but top-k children ({mode}) "
+                f"are distinct tokens of the draft's {self.vocab_size}; use at most "
+                f"{self.vocab_size} children per node, or children='sample'"
+            )
 
     @property
     def vocab_size(self) -> int:
