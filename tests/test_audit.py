@@ -8,6 +8,8 @@
 * Every family's builder makes a decoder of the spec's kind (no generation); a sharded spec
   asks for its devices by name, and `check_decoder` reads a `ShardedDecoder`'s law from the
   decoder it runs (one device here: the multi-device runs are the script's).
+* Beam search: speculative equals plain on a random tree below 2+ beams; a reference ranking
+  by another length penalty fails (deterministic checks: p-value 1 or 0).
 * End to end: two lossless configurations pass, `replay` repeats a run's report exactly, and a
   family built on a biased rule (token-wise verification without the residual, mix 0.9) fails.
   False-failure rate of the passing run: its Bonferroni bound, k x 1e-6 over its k checks
@@ -27,6 +29,7 @@ import numpy as np
 import pytest
 
 from specjax.decoding import (
+    BeamSearchDecoder,
     ShardedDecoder,
     SpeculativeDecoder,
     TokenTree,
@@ -52,13 +55,13 @@ def test_specs_are_deterministic_and_round_robin():
     assert [s.family for s in audit.specs(4, families=["tree", "eagle"])] == ["tree", "eagle"] * 2
     for spec in a:
         assert audit.Spec.from_json(spec.to_json()) == spec
-    with pytest.raises(ValueError, match="family: unknown 'beam'"):
-        audit.specs(2, families=["beam"])
+    with pytest.raises(ValueError, match="family: unknown 'greedy'"):
+        audit.specs(2, families=["greedy"])
     with pytest.raises(ValueError, match="runs must be >= 1"):
         audit.specs(0)
 
 
-@pytest.mark.parametrize("family", list(audit.FAMILIES))
+@pytest.mark.parametrize("family", list(audit.LAW_FAMILIES))
 def test_every_family_draws_the_shared_knobs(family):
     knobs = _knobs(family)
     low = 5 if family in ("eagle", "medusa") else 4  # the tiny Llama: 5 to 7 tokens
@@ -107,7 +110,24 @@ def test_family_knobs_cover_their_kinds():
     assert seen["medusa", "reduced"] == both and seen["medusa", "replacement"] == both
 
 
-@pytest.mark.parametrize("family", list(audit.FAMILIES))
+def test_beam_knobs():
+    knobs = _knobs("beam")
+    assert {k["num_beams"] for k in knobs} == {1, 2, 3, 4}
+    assert {k["max_new_tokens"] for k in knobs} == set(range(3, 11))
+    assert {k["gamma"] for k in knobs} == {None, 1, 2, 3, 4}
+    assert (
+        min(k["length_penalty"] for k in knobs) < -0.9
+        and max(k["length_penalty"] for k in knobs) > 1.4
+    )
+    assert 0.4 < np.mean([k["eos_id"] is not None for k in knobs]) < 0.6
+    assert {len(k["prompts"]) for k in knobs} == {1, 2, 3}
+    for k in knobs:
+        assert (k["gamma"] is None) == bool(k["parents"])
+        if k["parents"]:
+            TokenTree(tuple(k["parents"]))
+
+
+@pytest.mark.parametrize("family", list(audit.LAW_FAMILIES))
 def test_every_family_builds_its_kind_of_decoder(family):
     rng = np.random.default_rng(0)
     spec = audit.sample(family, rng)
@@ -138,6 +158,26 @@ def test_a_sharded_spec_needs_its_devices_and_its_decoder_passes():
     report = result.runs[0].report
     assert result.passed and report.num_checks == 1 + 4 + 1  # joint, γ + 1 = 4 tokens, greedy
     assert report.worst("greedy_t0").passed
+
+
+def test_the_beam_check_passes_speculative_beam_search_and_catches_a_wrong_reference():
+    rng = np.random.default_rng(4)
+    spec = audit.sample("beam", rng)
+    while spec.knobs["num_beams"] < 2 or spec.knobs["parents"] is None:  # a tree below 2+ beams
+        spec = audit.sample("beam", rng)
+    result = audit.replay(spec)
+    print(result)
+    assert result.passed and result.runs[0].report.num_checks == len(spec.knobs["prompts"])
+    # Negative control: a reference that ranks by another length penalty (same beams, so the
+    # same number of hypotheses) must be told apart by the hypotheses or their scores.
+    case = audit.build(spec)
+    k = spec.knobs
+    other = BeamSearchDecoder(case.check["plain"].target, k["num_beams"],
+                              k["length_penalty"] + 0.5, cache_len=32)  # fmt: skip
+    wrong = dataclasses.replace(case, check=dict(case.check, plain=other))
+    report = wrong.verify(wrong, seed=0)
+    print(report)
+    assert not report.passed
 
 
 def _biased_build(knobs):

@@ -24,6 +24,8 @@ the suite does not pin down, each from one *family* (a kind of decoder):
   * `medusa`: Medusa heads on the same target, chain or tree, optionally a reduced vocabulary.
   * `sharded`: any of the above run by `ShardedDecoder`, its rows split over 1, 2 or 4 devices
     (as many as the process has: `scripts/audit_decoders.py` asks XLA:CPU for 4).
+  * `beam`: speculative beam search (a chain or a random top-k tree below every beam) must
+    return plain beam search's hypotheses (`audit_beam`: an equality check, not a law).
 
 Every configuration also draws its tiny models (vocab 4-7; bigram tables of random
 concentration and draft-target mix, or a random tiny Llama), its warper (temperature 0.5-1.3,
@@ -46,12 +48,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from specjax.testing.audit_beam import BEAM
 from specjax.testing.audit_families import (
-    FAMILIES,
+    LAW_FAMILIES,
     POLICIES,
     SHARDED_INNER,
     Case,
@@ -62,9 +66,12 @@ from specjax.testing.decoder import DEFAULT_DRAWS, check_decoder
 from specjax.testing.kit import Report
 
 __all__ = [
-    "FAMILIES", "POLICIES", "SHARDED_INNER", "AuditResult", "AuditRun", "Case", "Family",
-    "Spec", "build", "replay", "run", "sample", "specs",
+    "FAMILIES", "LAW_FAMILIES", "POLICIES", "SHARDED_INNER", "AuditResult", "AuditRun",
+    "Case", "Family", "Spec", "build", "replay", "run", "sample", "specs",
 ]  # fmt: skip
+
+# Every decoder kind the audit draws: the law families, then beam search (an equality check).
+FAMILIES: dict[str, Family] = {**LAW_FAMILIES, "beam": BEAM}
 
 HEADER = f"{'#':>3s} {'family':12s} {'min p':>9s} {'checks':>6s} {'s':>6s}  knobs"
 
@@ -195,8 +202,13 @@ def replay(
 
 def _check(spec, seed, draws, batch, greedy, registry) -> AuditRun:
     case = build(spec, registry)
-    report = check_decoder(
-        case.decoder, *case.params, draws=draws, batch=batch, seed=seed, greedy=greedy,
-        name=spec.family, **case.check,
-    )  # fmt: skip
+    if case.verify is not None:  # a family with a check of its own (beam search: equality)
+        start = time.perf_counter()
+        report = case.verify(case, seed=seed, draws=draws, batch=batch, greedy=greedy)
+        report = dataclasses.replace(report, seconds=time.perf_counter() - start)
+    else:
+        report = check_decoder(
+            case.decoder, *case.params, draws=draws, batch=batch, seed=seed, greedy=greedy,
+            name=spec.family, **case.check,
+        )  # fmt: skip
     return AuditRun(spec, report, seed)

@@ -22,7 +22,7 @@ POLICIES = ("heuristic", "confidence", "theory", "positional")
 
 @dataclasses.dataclass(frozen=True)
 class Spec:
-    """One configuration: `family` (a key of `FAMILIES`) and its knobs (JSON-serialisable)."""
+    """One configuration: `family` (a key of `audit.FAMILIES`) and its knobs (plain JSON)."""
 
     family: str
     knobs: dict
@@ -45,6 +45,9 @@ class Case:
     decoder: object
     params: tuple
     check: dict
+    # None: `check_decoder(decoder, *params, **check)`; else a check of its own (`audit_beam`):
+    # verify(case, seed=, draws=, batch=, greedy=) -> Report.
+    verify: Callable | None = None
 
 
 # -- knobs every family shares -------------------------------------------------------------------
@@ -73,7 +76,8 @@ def _common(rng: np.random.Generator, vocab_range=(4, 7)) -> dict:
     return knobs
 
 
-def _bigram_knobs(rng: np.random.Generator) -> dict:
+def bigram_knobs(rng: np.random.Generator) -> dict:
+    """The shared knobs plus a bigram pair's Dirichlet concentration and draft-target mix."""
     knobs = _common(rng)
     knobs["concentration"] = round(float(np.exp(rng.uniform(np.log(0.1), np.log(3.0)))), 3)
     knobs["mix"] = round(float(rng.uniform(0.0, 1.0)), 3)
@@ -89,17 +93,21 @@ def _policy(rng: np.random.Generator) -> str:
     return name
 
 
-def _tree_parents(rng: np.random.Generator, max_depth: int = 4, max_nodes: int = 8) -> list:
-    """A random breadth-first topology: parents[0] = -1, siblings contiguous."""
+def tree_parents(
+    rng: np.random.Generator, max_depth: int = 4, max_nodes: int = 8, max_branch: int = 8
+) -> list:
+    """A random breadth-first topology: parents[0] = -1, siblings contiguous, at most
+    `max_branch` children per node (top-k children are distinct tokens: at most the vocab)."""
     parents, level, budget = [-1], [0], max_nodes
     for _ in range(int(rng.integers(1, max_depth + 1))):
         if budget == 0:
             break
         size = int(rng.integers(1, min(budget, 3 * len(level)) + 1))
         chosen = sorted(int(p) for p in rng.choice(level, size=size))
+        chosen = [p for i, p in enumerate(chosen) if chosen[: i + 1].count(p) <= max_branch]
         start = len(parents)
         parents.extend(chosen)
-        level, budget = list(range(start, len(parents))), budget - size
+        level, budget = list(range(start, len(parents))), budget - len(chosen)
     return parents
 
 
@@ -124,14 +132,15 @@ def _case(family: str, k: dict, decoder, params) -> Case:
     return Case(Spec(family, k), decoder, tuple(params), check)
 
 
-def _pair(k: dict):
+def bigram_pair(k: dict):
+    """The tiny bigram target and draft of `k` (vocab, model_seed, concentration, mix)."""
     return tiny_bigram_pair(
         k["vocab"], seed=k["model_seed"], concentration=k["concentration"], mix=k["mix"]
     )
 
 
 def _sample_chain(rng):
-    k = _bigram_knobs(rng)
+    k = bigram_knobs(rng)
     k["gamma"] = int(rng.integers(1, 6))
     k["rule"] = ("tokenwise", "block")[int(rng.integers(2))]
     return k
@@ -141,7 +150,7 @@ def _build_chain(k, family="chain"):
     from specjax.decoding import SpeculativeDecoder
     from specjax.decoding.rules import accept_rule
 
-    target, tp, draft, dp = _pair(k)
+    target, tp, draft, dp = bigram_pair(k)
     extra = {}
     if "policy" in k:
         extra = {"gamma_policy": _parse(k["policy"]), "verify_widths": k["verify_widths"]}
@@ -161,17 +170,19 @@ def _sample_adaptive(rng):
 
 
 def _sample_tree(rng):
-    k = _bigram_knobs(rng)
-    k["parents"] = _tree_parents(rng)
+    k = bigram_knobs(rng)
+    k["parents"] = tree_parents(rng)
     k["replacement"] = bool(rng.random() < 0.5)
     k["children"] = ("sample", "top_k")[int(rng.integers(2))]
+    if max(k["parents"].count(p) for p in set(k["parents"])) > k["vocab"]:
+        k["children"] = "sample"  # top-k children are distinct: no more than vocab per node
     return k
 
 
 def _build_tree(k):
     from specjax.decoding import TokenTree, TreeSpeculativeDecoder
 
-    target, tp, draft, dp = _pair(k)
+    target, tp, draft, dp = bigram_pair(k)
     decoder = TreeSpeculativeDecoder(
         target, draft, TokenTree(tuple(k["parents"])), _warper(k),
         replacement=k["replacement"], cache_len=32, children=k["children"],
@@ -180,7 +191,7 @@ def _build_tree(k):
 
 
 def _sample_lookup(rng):
-    k = _bigram_knobs(rng)
+    k = bigram_knobs(rng)
     k["gamma"] = int(rng.integers(1, 5))
     k["max_ngram"] = int(rng.integers(1, 4))
     k["policy"] = _policy(rng) if rng.random() < 0.5 else None
@@ -190,7 +201,7 @@ def _sample_lookup(rng):
 def _build_lookup(k):
     from specjax.decoding import LookupDrafter, SpeculativeDecoder
 
-    target, tp, _, _ = _pair(k)
+    target, tp, _, _ = bigram_pair(k)
     drafter = LookupDrafter(k["vocab"], max_ngram=k["max_ngram"])
     decoder = SpeculativeDecoder(
         target, drafter, k["gamma"], _warper(k), cache_len=32, gamma_policy=_parse(k["policy"])
@@ -199,8 +210,8 @@ def _build_lookup(k):
 
 
 def _sample_lookup_tree(rng):
-    k = _bigram_knobs(rng)
-    k["parents"] = _tree_parents(rng)
+    k = bigram_knobs(rng)
+    k["parents"] = tree_parents(rng)
     k["max_ngram"] = int(rng.integers(1, 4))
     return k
 
@@ -208,7 +219,7 @@ def _sample_lookup_tree(rng):
 def _build_lookup_tree(k):
     from specjax.decoding import LookupTreeDrafter, TokenTree, TreeSpeculativeDecoder
 
-    target, tp, _, _ = _pair(k)
+    target, tp, _, _ = bigram_pair(k)
     tree = TokenTree(tuple(k["parents"]))
     drafter = LookupTreeDrafter(k["vocab"], tree, max_ngram=k["max_ngram"])
     decoder = TreeSpeculativeDecoder(target, drafter, tree, _warper(k), cache_len=32)
@@ -216,7 +227,7 @@ def _build_lookup_tree(k):
 
 
 def _sample_hierarchy(rng):
-    k = _bigram_knobs(rng)
+    k = bigram_knobs(rng)
     k["outer_gamma"] = int(rng.integers(1, 4))
     k["inner_gamma"] = int(rng.integers(1, 4))
     k["outer_rule"] = ("tokenwise", "block")[int(rng.integers(2))]
@@ -228,9 +239,9 @@ def _build_hierarchy(k):
     from specjax.decoding import SpeculativeDecoder, SpeculativeDrafter
     from specjax.decoding.rules import accept_rule
 
-    target, tp, middle, mp = _pair(k)
+    target, tp, middle, mp = bigram_pair(k)
     small_knobs = dict(k, model_seed=k["model_seed"] + 1)  # the small draft: another noisy table
-    _, _, small, sp = _pair(small_knobs)
+    _, _, small, sp = bigram_pair(small_knobs)
     warper = _warper(k)
     inner = SpeculativeDecoder(
         middle, small, k["inner_gamma"], warper, cache_len=32, accept=accept_rule(k["inner_rule"])
@@ -260,7 +271,7 @@ def _sample_eagle(rng):
         k["gamma"] = int(rng.integers(1, 5))
         k["policy"] = _policy(rng) if rng.random() < 0.4 else None
     elif k["structure"] == "tree":
-        k["parents"] = _tree_parents(rng, max_depth=3)
+        k["parents"] = tree_parents(rng, max_depth=3)
         k["replacement"] = bool(rng.random() < 0.5)
     else:
         depth, top_k = int(rng.integers(1, 4)), int(rng.integers(1, 4))
@@ -300,7 +311,7 @@ def _sample_medusa(rng):
     if rng.random() < 0.5:
         k["gamma"], k["parents"] = int(rng.integers(1, 5)), None
     else:
-        k["gamma"], k["parents"] = None, _tree_parents(rng, max_depth=3)
+        k["gamma"], k["parents"] = None, tree_parents(rng, max_depth=3)
         k["replacement"] = bool(rng.random() < 0.5)
     return k
 
@@ -331,7 +342,7 @@ def _sample_sharded(rng):
     """Another family's knobs, plus `inner` (that family) and `data` (devices on the mesh's data
     axis: 1, 2 or 4, at most the devices this process has)."""
     inner = SHARDED_INNER[int(rng.integers(len(SHARDED_INNER)))]
-    k = dict(FAMILIES[inner].sample(rng), inner=inner)
+    k = dict(LAW_FAMILIES[inner].sample(rng), inner=inner)
     most = min(4, jax.local_device_count())
     k["data"] = int(2 ** rng.integers(0, most.bit_length()))
     return k
@@ -349,7 +360,7 @@ def _build_sharded(k):
         )
     inner = dict(k)
     del inner["inner"], inner["data"]
-    case = FAMILIES[k["inner"]].build(inner)
+    case = LAW_FAMILIES[k["inner"]].build(inner)
     mesh = make_mesh((k["data"], 1), devices=jax.local_devices()[: k["data"]])
     decoder = ShardedDecoder(case.decoder, mesh)
     return dataclasses.replace(case, spec=Spec("sharded", k), decoder=decoder)
@@ -363,7 +374,8 @@ class Family:
     build: Callable[[dict], Case]
 
 
-FAMILIES: dict[str, Family] = {
+# The families checked against the target's law (`check_decoder`); `audit.FAMILIES` adds beam.
+LAW_FAMILIES: dict[str, Family] = {
     "chain": Family(_sample_chain, _build_chain),
     "adaptive": Family(_sample_adaptive, lambda k: _build_chain(k, "adaptive")),
     "tree": Family(_sample_tree, _build_tree),
@@ -374,5 +386,5 @@ FAMILIES: dict[str, Family] = {
     "medusa": Family(_sample_medusa, _build_medusa),
 }
 # Any family's decoder run by `ShardedDecoder`, its rows split over the mesh's data axis.
-SHARDED_INNER = tuple(FAMILIES)
-FAMILIES["sharded"] = Family(_sample_sharded, _build_sharded)
+SHARDED_INNER = tuple(LAW_FAMILIES)
+LAW_FAMILIES["sharded"] = Family(_sample_sharded, _build_sharded)
