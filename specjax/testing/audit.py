@@ -52,6 +52,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 
+import jax
 import numpy as np
 
 from specjax.testing.audit_beam import BEAM
@@ -190,6 +191,11 @@ def run(
         out.append(_check(spec, seed * 1000 + i, draws, batch, greedy, registry))
         if log is not None:
             log(out[-1].row(i))
+        # Every run compiles its own programs (its own models and shapes), and XLA:CPU keeps
+        # each one's code in memory mappings: kept, a 100-run audit passes Linux's default
+        # vm.max_map_count and LLVM fails to allocate, then segfaults (measured: the 91st run
+        # of --runs=100 --seed=11). So each run's programs are dropped after it.
+        jax.clear_caches()
     return AuditResult(tuple(out))
 
 
