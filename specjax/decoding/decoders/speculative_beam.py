@@ -62,7 +62,7 @@ from specjax.decoding.drafters.model import ModelDrafter
 from specjax.decoding.loop import LoopState
 from specjax.decoding.sampling import make_warper
 from specjax.decoding.state import last_tokens
-from specjax.decoding.trees.drafter import TreeDrafter
+from specjax.decoding.trees.drafter import TreeDrafter, check_top_k_children
 from specjax.decoding.trees.topology import TokenTree, tree_inputs
 from specjax.models.interface import check_vocab
 from specjax.models.kv_cache import rollback
@@ -122,7 +122,8 @@ class SpeculativeBeamDecoder(BeamSteps):
         if isinstance(self.gamma, bool) or not isinstance(self.gamma, int) or self.gamma < 1:
             raise ValueError(f"gamma must be an integer >= 1; got {self.gamma!r}")
         check_vocab(self.target, self.draft)
-        self.drafter  # noqa: B018 (builds the tree drafter, which checks the tree against the draft)
+        if self.branching and not is_drafter(self.draft):  # the draft's own top-k tree
+            check_top_k_children(self.topology, self.draft.vocab_size, "speculative beam search")
         resolve_cache_len(self)
 
     @property

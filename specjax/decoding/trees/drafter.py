@@ -53,6 +53,21 @@ def top_k_children(children: str, warper) -> bool:
     return children == "top_k" or (children == "auto" and warper.is_greedy)
 
 
+def check_top_k_children(tree: TokenTree, vocab_size: int, mode: str) -> None:
+    """Raises ValueError when a node of `tree` has more top-k children than the draft has tokens.
+
+    Top-k children are distinct tokens, so a node can have at most `vocab_size` of them
+    (`jax.lax.top_k` would fail inside jit with a message that names neither). `mode` says why
+    the children are top-k ("a greedy warper", "children='top_k'") in the message.
+    """
+    if tree.max_branch > vocab_size:
+        raise ValueError(
+            f"tree: a node has {tree.max_branch} children, but top-k children ({mode}) "
+            f"are distinct tokens of the draft's {vocab_size}; use at most "
+            f"{vocab_size} children per node, or children='sample'"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class TreeDrafter:
     """Drafts a static token tree level by level with a model (see the module docstring).
@@ -74,13 +89,9 @@ class TreeDrafter:
 
     def __post_init__(self):
         check_tree_drafter(self.tree, self.children)
-        if self.deterministic and self.tree.max_branch > self.vocab_size:
+        if self.deterministic:
             mode = "children='top_k'" if self.children == "top_k" else "a greedy warper"
-            raise ValueError(
-                f"tree: a node has {self.tree.max_branch} children, but top-k children ({mode}) "
-                f"are distinct tokens of the draft's {self.vocab_size}; use at most "
-                f"{self.vocab_size} children per node, or children='sample'"
-            )
+            check_top_k_children(self.tree, self.vocab_size, mode)
 
     @property
     def vocab_size(self) -> int:
