@@ -42,8 +42,8 @@ POLICIES = {
     "theory": TheoryGamma(c=0.3),
     "positional": PositionalGamma(c=0.3),
 }
-# The draft steps as a `lax.while_loop` (the default for this cached draft: unrolled conds).
-WHILE_LOOP = ("theory",)
+# The draft steps as unrolled conds for these; a `lax.while_loop` (the default on CPU) for the rest.
+UNROLLED = ("theory",)
 
 
 def _decoder(policy, unroll=None) -> SpeculativeDecoder:
@@ -64,7 +64,7 @@ def results():
     """name -> GenerationResult of greedy adaptive decoding of the ragged prompts."""
     _, draft_params = drafts()["noisy_self"]
     return {
-        name: _decoder(policy, False if name in WHILE_LOOP else None).generate(
+        name: _decoder(policy, True if name in UNROLLED else None).generate(
             target_params(), draft_params, PROMPTS, jax.random.PRNGKey(0), MAX_NEW
         )
         for name, policy in POLICIES.items()

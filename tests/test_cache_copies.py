@@ -19,6 +19,7 @@ from specjax.decoding import (
     loop,
     make_warper,
 )
+from specjax.decoding.drafters.model import default_unroll
 from specjax.models import NgramLM, TransformerConfig, TransformerLM, fit_ngram
 
 # conftest.py set the flag before JAX started; this only confirms it is in effect.
@@ -109,17 +110,17 @@ def test_copy_counter_sees_a_copy_in_a_loop_body():
 
 
 def test_transformer_draft_scan_copies_nothing_rolled_or_unrolled():
-    # A rolled draft scan carries the draft cache through a loop; with the where-based cache
-    # write XLA:CPU copied it in each step (so cached drafts are unrolled by default); the
-    # scatter write updates it in place either way.
-    assert _cache_copies(_spec_hlo(None), f"1,{CACHE_LEN},2,16") == 0
+    # A rolled draft scan (the default on CPU) carries the draft cache through a loop; with the
+    # where-based cache write XLA:CPU copied it in each step; the scatter write updates it in
+    # place either way.
+    assert _cache_copies(_spec_hlo(True), f"1,{CACHE_LEN},2,16") == 0
     assert _cache_copies(_spec_hlo(False), f"1,{CACHE_LEN},2,16") == 0
 
 
 def test_adaptive_draft_steps_copy_nothing_rolled_or_unrolled():
-    # The adaptive drafter's early-stopping loop: unrolled `lax.cond`s by default for a cached
-    # draft; the `lax.while_loop` variant carries the cache (it copied it per step with the
-    # where-based cache write, not with the scatter one).
+    # The adaptive drafter's early-stopping loop: a `lax.while_loop` (the default on CPU)
+    # carries the cache (it copied it per step with the where-based cache write, not with the
+    # scatter one), or unrolled `lax.cond`s.
     lm, params = _model()
 
     def hlo(unroll):
@@ -137,5 +138,16 @@ def test_adaptive_draft_steps_copy_nothing_rolled_or_unrolled():
         lowered = loop.generate_jit.lower(dec, (params, params), tokens, lengths, key, 16, -1)
         return lowered.compile().as_text()
 
-    assert _cache_copies(hlo(None), f"1,{CACHE_LEN},2,16") == 0
+    assert _cache_copies(hlo(True), f"1,{CACHE_LEN},2,16") == 0
     assert _cache_copies(hlo(False), f"1,{CACHE_LEN},2,16") == 0
+
+
+def test_default_unroll_rolls_on_cpu_and_unrolls_cached_drafts_elsewhere(monkeypatch):
+    cache = {"keys": np.zeros((1, 8, 2, 4)), "lengths": np.zeros((1,), np.int32)}
+    table = {"counts": np.zeros((4, 4))}  # an n-gram draft's state: no leaf of rank >= 3
+    assert default_unroll(None, cache) is False  # this process runs on CPU
+    assert default_unroll(True, table) is True and default_unroll(False, cache) is False
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert default_unroll(None, cache) is True
+    assert default_unroll(None, table) is False
+    assert default_unroll(False, cache) is False

@@ -7,9 +7,9 @@ also says why every policy keeps the output exact). Per iteration and per row:
      draft steps k = 2..gamma_max feeds x_{k-1} and draws x_k for the rows still drafting; a
      row stops at its budget or when `keep_drafting` says so after its last drawn token (which
      it keeps); the loop ends as soon as every row has stopped, so a short γ_t saves draft
-     calls (counted in `Proposal.num_calls`). The loop is a `lax.while_loop`, or for a cached
-     draft the same steps unrolled as `lax.cond`s skipped once every row has stopped (a cache
-     carried through a while_loop is copied in every step on XLA:CPU). Stopped rows feed
+     calls (counted in `Proposal.num_calls`). The loop is a `lax.while_loop`, or (`unroll`, the
+     default for a cached draft on an accelerator) the same steps unrolled as `lax.cond`s
+     skipped once every row has stopped. Stopped rows feed
      nothing (their caches do not advance) and their later positions are zero padding;
   3. the proposal carries `num_drafted` [batch], so the acceptance rule verifies each row only
      up to its own γ_t and draws its extra token at γ_t + 1;
@@ -33,7 +33,7 @@ from flax import struct
 
 from specjax.decoding.drafters.base import Proposal, Verdict
 from specjax.decoding.drafters.gamma_policy import GammaPolicy, check_gamma_max
-from specjax.decoding.drafters.model import ModelDrafter
+from specjax.decoding.drafters.model import ModelDrafter, default_unroll
 from specjax.decoding.sampling import Warper
 from specjax.decoding.state import Sequences
 from specjax.models.interface import per_row_axes, state_logical_axes
@@ -90,9 +90,8 @@ class AdaptiveDrafter:
       policy: a γ policy (`decoding/drafters/gamma_policy.py`).
       gamma_max: the most tokens a row drafts (the decoder's `gamma`, a static shape).
       unroll: draft steps as gamma_max - 1 unrolled `lax.cond`s, each skipped once every row
-        has stopped (True), or a `lax.while_loop` (False); None: unroll when the draft carries
-        a KV cache (XLA:CPU copies a cache carried through a loop in every step; see
-        `ModelDrafter.unroll`). Either way a step costs nothing once every row has stopped.
+        has stopped (True), or a `lax.while_loop` (False); None: `model.default_unroll` (a
+        loop on CPU). Either way a step costs nothing once every row has stopped.
     """
 
     model: Any
@@ -110,9 +109,7 @@ class AdaptiveDrafter:
 
     def unrolled(self, model_state) -> bool:
         """Whether the draft steps are unrolled for this model state (see `unroll`)."""
-        if self.unroll is not None:
-            return bool(self.unroll)
-        return any(getattr(leaf, "ndim", 0) >= 3 for leaf in jax.tree.leaves(model_state))
+        return default_unroll(self.unroll, model_state)
 
     @property
     def base(self) -> ModelDrafter:

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from specjax.decoding.drafters.base import Proposal, Verdict
+from specjax.decoding.drafters.model import default_unroll
 from specjax.decoding.sampling import Warper
 from specjax.decoding.state import Sequences
 from specjax.models.kv_cache import KVCache, rollback, write_rows
@@ -58,10 +59,13 @@ class EagleDrafter:
     Attributes:
       head: the EagleHead (its `target` must be the decoder's target).
       warper: the decoder's warper (one warper for both laws keeps sampling exact).
+      unroll: unroll the gamma-step `lax.scan` (True), keep it a loop (False), or None:
+        `model.default_unroll` (a loop on CPU, unrolled on an accelerator).
     """
 
     head: object
     warper: Warper
+    unroll: bool | None = dataclasses.field(default=None, kw_only=True)  # after subclasses' fields
     reads_features = True
 
     @property
@@ -151,7 +155,10 @@ class EagleDrafter:
             return (cache, pred[:, 0], nxt), (nxt, q)
 
         (cache, _, _), (xs, qs) = jax.lax.scan(
-            one_step, (cache, f0, x0), jnp.arange(1, gamma), unroll=True
+            one_step,
+            (cache, f0, x0),
+            jnp.arange(1, gamma),
+            unroll=default_unroll(self.unroll, cache),
         )  # xs [gamma - 1, batch], qs [gamma - 1, batch, vocab]
         tokens = jnp.concatenate([x0[:, None], xs.T], axis=1)  # [batch, gamma]
         probs = jnp.concatenate([q0[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)
