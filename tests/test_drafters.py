@@ -117,12 +117,16 @@ def test_greedy_with_lookup_drafter_equals_autoregressive_greedy():
 
 
 def test_explicit_model_drafter_is_the_same_decoder_as_a_plain_draft_model():
+    # ... and its draft steps unrolled (the default on an accelerator) give the same tokens as
+    # the loop (the default on CPU): the same ops, keys and draws.
     draft, dparams = drafts()["noisy_self"]
     plain = spec_decoder(draft, SAMPLING)
     wrapped = spec_decoder(ModelDrafter(draft, SAMPLING), SAMPLING)
+    unrolled = spec_decoder(ModelDrafter(draft, SAMPLING, unroll=True), SAMPLING)
     a = plain.generate(target_params(), dparams, list(PROMPTS), KEY, MAX_NEW)
     b = wrapped.generate(target_params(), dparams, list(PROMPTS), KEY, MAX_NEW)
-    assert as_lists(a) == as_lists(b)
+    c = unrolled.generate(target_params(), dparams, list(PROMPTS), KEY, MAX_NEW)
+    assert as_lists(a) == as_lists(b) == as_lists(c)
 
 
 def _reject_all(key, draft_tokens, draft_probs, target_probs, *, fill_value, num_drafted=None):

@@ -87,12 +87,13 @@ def test_head_rejects_a_target_without_features():
         EagleHead(object())
 
 
-def _decoder(vocab=5, gamma=3, warper=T1, seed=0):
+def _decoder(vocab=5, gamma=3, warper=T1, seed=0, unroll=None):
     target, tp = tiny_llama(vocab, seed)
     head = EagleHead(target)
     hp = head.init_params(jax.random.PRNGKey(seed + 7))
     hp = jax.tree.map(lambda x: x * 4.0 if x.ndim == 2 else x, hp)  # a q far from uniform
-    dec = SpeculativeDecoder(target, EagleDrafter(head, warper), gamma, warper, cache_len=32)
+    drafter = EagleDrafter(head, warper, unroll=unroll)
+    dec = SpeculativeDecoder(target, drafter, gamma, warper, cache_len=32)
     return dec, tp, hp, target
 
 
@@ -164,8 +165,10 @@ def _assert_greedy_equals_ar(dec, tp, hp, target, max_new_tokens):
         np.testing.assert_array_equal(a, b)
 
 
-def test_eagle_greedy_equals_autoregressive():
-    _assert_greedy_equals_ar(*_decoder(vocab=23, gamma=4, warper=T0, seed=2), 20)
+@pytest.mark.parametrize("unroll", [None, True], ids=["default", "unrolled"])
+def test_eagle_greedy_equals_autoregressive(unroll):
+    # The draft steps as a loop (the default on CPU) and unrolled (on an accelerator).
+    _assert_greedy_equals_ar(*_decoder(vocab=23, gamma=4, warper=T0, seed=2, unroll=unroll), 20)
 
 
 TREE = TokenTree.from_branching((2, 2, 1))  # 2 + 4 + 4 nodes below the root, depth 3
