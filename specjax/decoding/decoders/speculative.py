@@ -69,7 +69,8 @@ class SpeculativeDecoder(SpeculativeSteps):
         models' position limit (the smaller learned position table of target and draft), else
         512.
       min_bucket: smallest padded prompt width.
-      unroll_draft: for a model draft, unroll its γ-step scan (see `ModelDrafter.unroll`, and
+      unroll_draft: for a model draft, unroll its γ-step scan (True), keep it a loop (False),
+        or None: a loop on CPU, unrolled on an accelerator (`ModelDrafter.unroll`, and
         `AdaptiveDrafter.unroll` with a gamma_policy).
       accept: the acceptance rule, a function with `speculative_accept`'s signature and return
         (static: a different rule is a different program).

@@ -22,13 +22,14 @@ def default_unroll(unroll: bool | None, state) -> bool:
     """Whether a drafter unrolls its draft steps: `unroll` if given, else the measured default.
 
     On CPU the steps stay a loop: with the scatter cache write (`kv_cache.write_rows`) XLA:CPU
-    updates a cache carried through a loop in place (tests/test_cache_copies.py), and on
-    SmolLM2-135M (2-core CPU, 2026-12-06, interleaved, same tokens) the loop ran in 0.94-1.00x
-    the unrolled time for its first-4-layers draft at gamma 4, t 0 and its first 2 at gamma 8,
-    t 1, 0.93-0.97x for an EAGLE head at gamma 6, and 0.98-0.99x for the adaptive drafter at
-    gamma_max 8, while compiling in 0.57-0.63x the time. On an accelerator (not measured; a
-    GPU loop reads its predicate back to the host every step) a draft carrying a KV cache
-    (`state` with a leaf of rank >= 3) stays unrolled.
+    updates a cache carried through a loop in place (tests/test_cache_copies.py). On
+    SmolLM2-135M (2-core CPU, 2026-12-06, interleaved, the same tokens) the loop ran in 0.94-1.00x
+    the unrolled time (medians) for its first-4-layers draft at gamma 4, t 0, and its first 2 at
+    gamma 8, t 1, in 0.93-0.97x for an EAGLE head at gamma 6, and in 0.98-0.99x for the adaptive
+    drafter at gamma_max 8 (intervals covering 1); it compiled in 0.89x / 0.75x / 0.86x the time
+    (medians of four alternating rounds). On an accelerator (not measured; a GPU loop reads its
+    predicate back to the host every step) a draft carrying a KV cache (`state` with a leaf of
+    rank >= 3) stays unrolled.
     """
     if unroll is not None:
         return bool(unroll)
