@@ -75,12 +75,14 @@ def unroll_table(
     (`interleaved`, rotated), the ratio's 95 % interval from paired rounds; the outputs are
     compared token for token. Compile: after a warm-up program (which traces the models at these
     shapes), `compile_rounds` rounds alternate which variant compiles first; round r compiles
-    both at temperature 0.5 + 0.1 r, a new program each.
+    both at temperature 0.5 + 0.1 r, a new program each. JAX's persistent compilation cache is
+    switched off (as in `speed.compile_seconds`), so a second run of this part compiles anew.
 
     Returns:
       rows: {"draft", "rolled_s", "unrolled_s", "ratio", "interval", "same_tokens",
       "compile_rolled_s", "compile_unrolled_s", "compile_ratio"}; ratios are rolled / unrolled.
     """
+    jax.config.update("jax_enable_compilation_cache", False)
     rows = []
     for name, (make, draft_params) in _builders(
         target, target_params, gamma, layers, cache_len
