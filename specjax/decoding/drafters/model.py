@@ -26,8 +26,9 @@ def default_unroll(unroll: bool | None, state) -> bool:
     SmolLM2-135M (2-core CPU, 2026-12-06, interleaved, the same tokens) the loop ran in 0.94-1.00x
     the unrolled time (medians) for its first-4-layers draft at gamma 4, t 0, and its first 2 at
     gamma 8, t 1, in 0.93-0.97x for an EAGLE head at gamma 6, and in 0.98-0.99x for the adaptive
-    drafter at gamma_max 8 (intervals covering 1); at batch 1 it compiled in 0.89x / 0.75x /
-    0.86x the time (medians of four alternating rounds), at batch 2 and gamma 4 in 0.94-1.06x
+    drafter at gamma_max 8 (intervals covering 1). It compiled in 0.75x the time for the EAGLE
+    head at gamma 6 and 0.86x for the adaptive drafter at gamma_max 8 (medians of four
+    alternating rounds); at gamma 4, 0.89-1.09x over runs at batch 1 and 2, within the noise
     (`scripts/bench_real.py --parts=unroll`, which measures this on any device). On an
     accelerator (not measured; a GPU loop reads its predicate back to the host every step) a
     draft carrying a KV cache (`state` with a leaf of rank >= 3) stays unrolled.
