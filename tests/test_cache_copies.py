@@ -10,17 +10,22 @@ import re
 
 import jax
 import numpy as np
+import pytest
 
 import specjax
 from specjax.decoding import (
+    AdaptiveDrafter,
     AutoregressiveDecoder,
+    EagleDrafter,
+    EagleTreeDrafter,
     HeuristicGamma,
+    ModelDrafter,
     SpeculativeDecoder,
     loop,
     make_warper,
 )
 from specjax.decoding.drafters.model import default_unroll
-from specjax.models import NgramLM, TransformerConfig, TransformerLM, fit_ngram
+from specjax.models import EagleHead, NgramLM, TransformerConfig, TransformerLM, fit_ngram
 
 # conftest.py set the flag before JAX started; this only confirms it is in effect.
 assert specjax.configure_cpu(), "the XLA:CPU copy-insertion flag is off (see tests/conftest.py)"
@@ -151,3 +156,25 @@ def test_default_unroll_rolls_on_cpu_and_unrolls_cached_drafts_elsewhere(monkeyp
     assert default_unroll(None, cache) is True
     assert default_unroll(None, table) is False
     assert default_unroll(False, cache) is False
+
+
+@pytest.mark.parametrize("bad", ["false", 0, 1.0, np.int32(1)])
+def test_an_unroll_other_than_none_true_or_false_is_refused_by_name(bad):
+    # bool("false") is True: a truthiness test would unroll where the caller asked for a loop.
+    lm, _ = _model()
+    warper = make_warper(1.0)
+    head = EagleHead(lm)
+    makers = {
+        "unroll_draft": lambda u: SpeculativeDecoder(lm, lm, 3, warper, unroll_draft=u),
+        "ModelDrafter": lambda u: ModelDrafter(lm, warper, u),
+        "AdaptiveDrafter": lambda u: AdaptiveDrafter(lm, warper, HeuristicGamma(), 4, u),
+        "EagleDrafter": lambda u: EagleDrafter(head, warper, unroll=u),
+        "EagleTreeDrafter": lambda u: EagleTreeDrafter(head, warper, unroll=u),
+    }
+    for where, make in makers.items():
+        name = "unroll_draft" if where == "unroll_draft" else "unroll"
+        with pytest.raises(TypeError, match=rf"^{name} must be None, True or False; got "):
+            make(bad)
+        for fine in (None, True, False, np.bool_(True)):
+            if where != "EagleTreeDrafter":  # its tree is checked after unroll (None here)
+                make(fine)

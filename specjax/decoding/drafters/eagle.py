@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from specjax.decoding.drafters.base import Proposal, Verdict
-from specjax.decoding.drafters.model import default_unroll
+from specjax.decoding.drafters.model import check_unroll, default_unroll
 from specjax.decoding.sampling import Warper
 from specjax.decoding.state import Sequences
 from specjax.models.kv_cache import KVCache, rollback, write_rows
@@ -67,6 +67,9 @@ class EagleDrafter:
     warper: Warper
     unroll: bool | None = dataclasses.field(default=None, kw_only=True)  # after subclasses' fields
     reads_features = True
+
+    def __post_init__(self):
+        check_unroll(self.unroll)
 
     @property
     def vocab_size(self) -> int:

@@ -46,6 +46,7 @@ class EagleTreeDrafter(EagleDrafter):
     children: str = "auto"
 
     def __post_init__(self):
+        super().__post_init__()
         check_tree_drafter(self.tree, self.children)
 
     @property

@@ -43,6 +43,7 @@ class EagleDynamicTreeDrafter(EagleDrafter):
     tree: DynamicTree = None
 
     def __post_init__(self):
+        super().__post_init__()
         if not isinstance(self.tree, DynamicTree):
             raise TypeError(f"tree must be a DynamicTree; got {self.tree!r}")
 
