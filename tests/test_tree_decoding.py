@@ -29,7 +29,13 @@ from decoding_setup import (
     target_params,
 )
 
-from specjax.decoding import AutoregressiveDecoder, TokenTree, TreeSpeculativeDecoder, loop
+from specjax.decoding import (
+    AutoregressiveDecoder,
+    TokenTree,
+    TreeDrafter,
+    TreeSpeculativeDecoder,
+    loop,
+)
 from specjax.models import NgramLM
 
 KEY = jax.random.PRNGKey(3)
@@ -208,6 +214,16 @@ def test_bad_tree_decoder_arguments_raise_naming_them():
     TreeSpeculativeDecoder(TARGET, draft, crowded, SAMPLING)  # sampled children: fine
     with pytest.raises(TypeError, match="replacement must be True or False"):
         TreeSpeculativeDecoder(TARGET, draft, WIDE, GREEDY, replacement="no")
+    with pytest.raises(TypeError, match="replacement must be True or False"):
+        TreeDrafter(draft, SAMPLING, WIDE, "no")  # truthy: it would draw with replacement
+    # An explicit tree drafter draws the siblings; the decoder's rule must be the one for that
+    # draw (each rule is exact only for its own: test_tree_decoding_sampling's mismatched rule).
+    for drawn in (True, False):
+        sequoia = TreeDrafter(draft, SAMPLING, WIDE, drawn)
+        with pytest.raises(ValueError, match=rf"draft TreeDrafter draws them with replacement="
+                           rf"{drawn}: pass replacement={drawn}"):  # fmt: skip
+            TreeSpeculativeDecoder(TARGET, sequoia, WIDE, SAMPLING, replacement=not drawn)
+        assert TreeSpeculativeDecoder(TARGET, sequoia, WIDE, SAMPLING, replacement=drawn)
     with pytest.raises(TypeError, match="warper must be a specjax Warper"):
         TreeSpeculativeDecoder(TARGET, draft, WIDE, 0.0)
     decoder = tree_decoder(draft, WIDE)

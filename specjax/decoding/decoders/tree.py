@@ -110,6 +110,16 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
             )
         if not isinstance(self.replacement, bool):
             raise TypeError(f"replacement must be True or False; got {self.replacement!r}")
+        drawn = getattr(self.draft, "replacement", None) if is_drafter(self.draft) else None
+        if drawn is not None and drawn != self.replacement:
+            # Each sibling rule is exact only for its own draw (tests/test_tree_decoding_sampling
+            # catches a mismatched one): a tree drafter's draw and this decoder's rule must agree.
+            raise ValueError(
+                f"replacement={self.replacement!r} verifies siblings drawn "
+                f"{'with' if self.replacement else 'without'} replacement, but draft "
+                f"{type(self.draft).__name__} draws them with replacement={drawn!r}: pass "
+                f"replacement={drawn!r} (or build the drafter with this decoder's)"
+            )
         if self.children not in CHILDREN_MODES:
             raise ValueError(f"children must be one of {CHILDREN_MODES}; got {self.children!r}")
         check_feature_target(self.target, self.drafter)

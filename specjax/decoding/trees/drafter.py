@@ -38,8 +38,10 @@ from specjax.models.kv_cache import rollback
 CHILDREN_MODES = ("auto", "sample", "top_k")
 
 
-def check_tree_drafter(tree, children: str) -> None:
-    """The checks every tree drafter makes of its topology and children mode."""
+def check_tree_drafter(tree, children: str, replacement) -> None:
+    """The checks every tree drafter makes of its topology, children mode and sibling draw."""
+    if not isinstance(replacement, bool | np.bool_):
+        raise TypeError(f"replacement must be True or False; got {replacement!r}")
     if not isinstance(tree, TokenTree):
         raise TypeError(f"tree must be a TokenTree; got {tree!r}")
     if tree.max_depth < 1:
@@ -88,7 +90,7 @@ class TreeDrafter:
     children: str = "auto"
 
     def __post_init__(self):
-        check_tree_drafter(self.tree, self.children)
+        check_tree_drafter(self.tree, self.children, self.replacement)
         if self.deterministic:
             mode = "children='top_k'" if self.children == "top_k" else "a greedy warper"
             check_top_k_children(self.tree, self.vocab_size, mode)

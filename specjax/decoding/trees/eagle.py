@@ -47,7 +47,7 @@ class EagleTreeDrafter(EagleDrafter):
 
     def __post_init__(self):
         super().__post_init__()
-        check_tree_drafter(self.tree, self.children)
+        check_tree_drafter(self.tree, self.children, self.replacement)
 
     @property
     def deterministic(self) -> bool:

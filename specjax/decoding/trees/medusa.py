@@ -41,7 +41,7 @@ class MedusaTreeDrafter(MedusaDrafter):
     children: str = "auto"
 
     def __post_init__(self):
-        check_tree_drafter(self.tree, self.children)
+        check_tree_drafter(self.tree, self.children, self.replacement)
         if self.tree.max_depth > self.heads.num_heads:
             raise ValueError(
                 f"tree: depth {self.tree.max_depth} exceeds the {self.heads.num_heads} Medusa "
