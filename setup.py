@@ -36,7 +36,8 @@ def _compile_sources_in_parallel(compiler):
     """Makes `compiler.compile` build an extension's sources on all cores at once.
 
     setuptools compiles the sources of one extension one after another; the kernels' four files
-    took 12 s that way on a 2-core CPU (7 s in parallel, with -g0 below 5 s). This uses the
+    took 12 s that way on a 2-core CPU, and `pip install -e ".[test]"` 36 s; in parallel and
+    with -g0, 28-30 s (tests/TIMING.md, 2026-12-07). This uses the
     compiler class's own steps (`_setup_compile`, `_get_cc_args`, `_compile`); a compiler
     class without them keeps its serial `compile`.
     """
