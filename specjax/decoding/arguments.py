@@ -1,11 +1,12 @@
 """Host-side checks of a decoder's arguments, before any program runs.
 
-What the loop driver (`loop.py`), the beam and sharded decoders and the cost benchmarks check
-the same way: a decoder's `cache_len` against its models' position limits (`resolve_cache_len`,
-at construction), prompts padded and bucketed against the cache's capacity (`prepare`), the
-params pytrees against the models (`check_decoder_params`), the EOS id (`eos_value`) and the PRNG
-key in the one form the programs are compiled for (`canonical_key`). Each raises naming the
-argument. `decoder` is any `loop.Decoder`.
+What the loop driver (`loop.py`), the beam and sharded decoders, the drafters and the cost
+benchmarks check the same way: a switch that must be a bool (`check_flag`), a decoder's
+`cache_len` against its models' position limits (`resolve_cache_len`, at construction), prompts
+padded and bucketed against the cache's capacity (`prepare`), the params pytrees against the
+models (`check_decoder_params`), the EOS id (`eos_value`) and the PRNG key in the one form the
+programs are compiled for (`canonical_key`). Each raises naming the argument. `decoder` is any
+`loop.Decoder`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,18 @@ import numpy as np
 from specjax.decoding import prompts as prompt_lib
 from specjax.models.interface import check_params, warn_beyond_trained_context
 from specjax.models.interface import position_limit as model_position_limit
+
+
+def check_flag(value, name: str, *, none: bool = False) -> None:
+    """Refuses a switch that is not True or False (or None, with `none=True`), naming it.
+
+    A truthiness test would read the string "false" or "no" as True.
+    """
+    if (value is None and none) or isinstance(value, bool | np.bool_):
+        return
+    allowed = "None, True or False" if none else "True or False"
+    raise TypeError(f"{name} must be {allowed}; got {value!r}")
+
 
 # A decoder's cache length when no model bounds positions (RoPE, n-gram tables, prompt lookup).
 DEFAULT_CACHE_LEN = 512

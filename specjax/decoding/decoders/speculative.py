@@ -39,7 +39,7 @@ from specjax.decoding.drafters.base import (
     is_drafter,
 )
 from specjax.decoding.drafters.feature_heads import check_feature_target, head_drafter
-from specjax.decoding.drafters.model import ModelDrafter, check_unroll
+from specjax.decoding.drafters.model import ModelDrafter
 from specjax.decoding.drafters.truncated import TruncatedDrafter
 from specjax.decoding.prefill import target_features
 from specjax.decoding.rules.acceptance import speculative_accept
@@ -114,7 +114,7 @@ class SpeculativeDecoder(SpeculativeSteps):
             what = "gamma" if self.gamma_policy is None else "gamma (gamma_max of gamma_policy)"
             raise ValueError(f"{what} must be an integer >= 1, got {gamma!r}")
         object.__setattr__(self, "gamma", int(gamma))  # a numpy integer becomes a Python one
-        check_unroll(self.unroll_draft, "unroll_draft")
+        arguments.check_flag(self.unroll_draft, "unroll_draft", none=True)
         if self.gamma_policy is not None:
             check_policy(self.gamma_policy, self.gamma)
         if not isinstance(self.warper, Warper):

@@ -108,8 +108,7 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
             raise TypeError(
                 f"warper must be a specjax Warper (make_warper(...)); got {self.warper!r}"
             )
-        if not isinstance(self.replacement, bool):
-            raise TypeError(f"replacement must be True or False; got {self.replacement!r}")
+        arguments.check_flag(self.replacement, "replacement")
         drawn = getattr(self.draft, "replacement", None) if is_drafter(self.draft) else None
         if drawn is not None and drawn != self.replacement:
             # Each sibling rule is exact only for its own draw (tests/test_tree_decoding_sampling

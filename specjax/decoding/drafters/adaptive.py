@@ -31,9 +31,10 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from specjax.decoding.arguments import check_flag
 from specjax.decoding.drafters.base import Proposal, Verdict
 from specjax.decoding.drafters.gamma_policy import GammaPolicy, check_gamma_max
-from specjax.decoding.drafters.model import ModelDrafter, check_unroll, default_unroll
+from specjax.decoding.drafters.model import ModelDrafter, default_unroll
 from specjax.decoding.sampling import Warper
 from specjax.decoding.state import Sequences
 from specjax.models.interface import per_row_axes, state_logical_axes
@@ -102,7 +103,7 @@ class AdaptiveDrafter:
 
     def __post_init__(self):
         check_gamma_max(self.gamma_max)
-        check_unroll(self.unroll)
+        check_flag(self.unroll, "unroll", none=True)
 
     @property
     def vocab_size(self) -> int:

@@ -31,8 +31,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from specjax.decoding.arguments import check_flag
 from specjax.decoding.drafters.base import Proposal, Verdict
-from specjax.decoding.drafters.model import check_unroll, default_unroll
+from specjax.decoding.drafters.model import default_unroll
 from specjax.decoding.sampling import Warper
 from specjax.decoding.state import Sequences
 from specjax.models.kv_cache import KVCache, rollback, write_rows
@@ -69,7 +70,7 @@ class EagleDrafter:
     reads_features = True
 
     def __post_init__(self):
-        check_unroll(self.unroll)
+        check_flag(self.unroll, "unroll", none=True)
 
     @property
     def vocab_size(self) -> int:

@@ -10,22 +10,13 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from specjax.decoding.arguments import check_flag
 from specjax.decoding.drafters.base import Proposal, Verdict
 from specjax.decoding.prefill import prefill
 from specjax.decoding.sampling import Warper
 from specjax.decoding.state import Sequences, last_tokens
 from specjax.models.kv_cache import rollback
-
-
-def check_unroll(unroll, name: str = "unroll") -> None:
-    """Refuses an unroll setting other than None, True or False, naming the argument.
-
-    A truthiness test would read the string "false" as True, or 0.0 as a choice.
-    """
-    if unroll is not None and not isinstance(unroll, bool | np.bool_):
-        raise TypeError(f"{name} must be None, True or False; got {unroll!r}")
 
 
 def default_unroll(unroll: bool | None, state) -> bool:
@@ -73,7 +64,7 @@ class ModelDrafter:
     unroll: bool | None = None
 
     def __post_init__(self):
-        check_unroll(self.unroll)
+        check_flag(self.unroll, "unroll", none=True)
 
     @property
     def vocab_size(self) -> int:

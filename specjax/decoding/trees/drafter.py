@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.decoding.arguments import check_flag
 from specjax.decoding.drafters.base import Proposal, Verdict
 from specjax.decoding.prefill import prefill
 from specjax.decoding.sampling import Warper
@@ -40,8 +41,7 @@ CHILDREN_MODES = ("auto", "sample", "top_k")
 
 def check_tree_drafter(tree, children: str, replacement) -> None:
     """The checks every tree drafter makes of its topology, children mode and sibling draw."""
-    if not isinstance(replacement, bool | np.bool_):
-        raise TypeError(f"replacement must be True or False; got {replacement!r}")
+    check_flag(replacement, "replacement")
     if not isinstance(tree, TokenTree):
         raise TypeError(f"tree must be a TokenTree; got {tree!r}")
     if tree.max_depth < 1:
