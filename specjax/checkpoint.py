@@ -11,6 +11,9 @@ leaves the previous checkpoints intact; the temporary directory is removed on th
 Silent corruption (a damaged file that still parses) is caught by checksums of every array,
 stored in `meta` and compared after each restore. A corrupt step is moved aside to
 `corrupt_<step>` and the next older step is tried, with a warning that names both paths.
+A step that is intact but holds another layout than the restore asks for (the run's config
+changed its model or optimizer) is not damage: `CheckpointMismatchError` names the differences
+and every checkpoint stays where it is, so resuming with the original config still works.
 
 `load_model(path)` is what inference users call: it accepts a run workdir, a checkpoint
 directory or an exported model directory and returns (TransformerLM, params, meta).
@@ -40,6 +43,12 @@ _ITEMS = ("params", "opt_state", "meta")
 
 class CheckpointError(RuntimeError):
     """A checkpoint could not be restored; the message names the path."""
+
+
+class CheckpointMismatchError(CheckpointError, ValueError):
+    """An intact checkpoint whose arrays have another layout than the one asked for (a changed
+    model or optimizer config). A ValueError too: it is the caller's input, not damage, and
+    the checkpoint is never moved aside for it."""
 
 
 def tree_checksum(tree) -> str:
@@ -162,9 +171,21 @@ class Checkpointer:
           (params, opt_state, meta).
 
         Raises:
+          CheckpointMismatchError: the step's saved arrays have other shapes or another
+            structure than `abstract_params` / `abstract_opt_state` (read from its metadata,
+            before any array is restored).
           CheckpointError: the step cannot be read or its arrays fail their checksums.
         """
         path = self.step_path(step)
+        differences = self._layout_differences(step, abstract_params, abstract_opt_state)
+        if differences:
+            shown = "; ".join(differences[:4])
+            more = f" (and {len(differences) - 4} more)" if len(differences) > 4 else ""
+            raise CheckpointMismatchError(
+                f"checkpoint {path} was saved by a run with another model or optimizer than this "
+                f"one: {shown}{more}. It was left in place: resume with the config it was saved "
+                "with, or start this config in a new workdir"
+            )
         try:
             restored = self._manager.restore(
                 step,
@@ -181,6 +202,17 @@ class Checkpointer:
         params, opt_state, meta = restored["params"], restored["opt_state"], restored["meta"]
         _verify(path, meta, params=params, opt_state=opt_state)
         return params, opt_state, meta
+
+    def read_meta(self, step: int) -> dict | None:
+        """The step's meta alone (no arrays are read), or None where it cannot be read."""
+        try:
+            restored = self._manager.restore(
+                step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
+            )
+            meta = restored["meta"]
+        except Exception:  # noqa: BLE001 - a damaged step is `restore`'s to report
+            return None
+        return meta if isinstance(meta, dict) else None
 
     def restore_latest(self, abstract_params, abstract_opt_state):
         """Restores the newest step that passes its checks, moving broken ones aside.
@@ -201,6 +233,8 @@ class Checkpointer:
         for step in reversed(steps):
             try:
                 params, opt_state, meta = self.restore(step, abstract_params, abstract_opt_state)
+            except CheckpointMismatchError:
+                raise  # another run's layout, not damage: nothing is moved aside
             except CheckpointError as e:
                 failures.append(str(e))
                 moved = self._move_aside(step)
@@ -217,6 +251,38 @@ class Checkpointer:
             f"no checkpoint under {self.directory} can be restored (damaged ones were moved to "
             f"{CORRUPT_PREFIX}<step>):\n  " + "\n  ".join(failures)
         )
+
+    def _layout_differences(self, step: int, abstract_params, abstract_opt_state) -> list[str]:
+        """How the step's saved arrays differ from the abstract trees, read from its metadata:
+        each params leaf by path and shape, the optimizer state by its leaves' shapes (orbax
+        stores optax's named tuples as dicts, so only the shapes compare). [] where they agree
+        or the metadata cannot be read (then `restore` finds out whether the step is damaged)."""
+        try:
+            saved = self._manager.item_metadata(step)
+            saved_params, saved_opt = saved["params"].tree, saved["opt_state"].tree
+        except Exception:  # noqa: BLE001 - unreadable metadata is the restore's to report
+            return []
+
+        def shapes(tree) -> dict[str, tuple]:
+            flat = jax.tree_util.tree_flatten_with_path(tree)[0]
+            return {jax.tree_util.keystr(p): tuple(getattr(x, "shape", ())) for p, x in flat}
+
+        found, wanted = shapes(saved_params), shapes(abstract_params)
+        differences = [
+            f"params{k} saved {found.get(k, 'absent')}, expected {wanted.get(k, 'absent')}"
+            for k in sorted(found.keys() | wanted.keys())
+            if found.get(k) != wanted.get(k)
+        ]
+        found_opt = sorted(shapes(saved_opt).values())
+        wanted_opt = sorted(shapes(abstract_opt_state).values())
+        if found_opt != wanted_opt:
+            differences.append(
+                f"opt_state saved {len(found_opt)} arrays, expected {len(wanted_opt)} "
+                "of other shapes"
+                if len(found_opt) != len(wanted_opt)
+                else "opt_state arrays of other shapes"
+            )
+        return differences
 
     def _move_aside(self, step: int) -> str:
         """Renames a broken step directory so the manager no longer sees it; returns the path."""

@@ -1,6 +1,7 @@
 """Checkpoints: bit-exact round trips, keep-last-N, corrupt-checkpoint fallback, model loading,
 and a real SIGKILL of a training process."""
 
+import dataclasses
 import functools
 import os
 import signal
@@ -11,6 +12,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from absl import logging as absl_logging
 
@@ -134,6 +136,34 @@ def test_corrupt_latest_falls_back_to_the_previous_and_says_so(tmp_path, monkeyp
     # The broken step was moved aside, so the run can write step 2 again.
     assert ck.all_steps() == [1]
     assert os.path.isdir(os.path.join(str(tmp_path), "corrupt_2"))
+    ck.close()
+
+
+def test_another_layout_is_refused_and_no_checkpoint_is_moved(tmp_path):
+    """A restore asking for other shapes (a run whose config changed its model) is not damage:
+    the error names the differing arrays, and every step stays, so the original config resumes.
+    Before, both steps were moved aside as corrupt and the next run started again from 0."""
+    ck, (p1, o1), (p2, o2) = _two_checkpoints(tmp_path)
+    wider = TransformerLM(dataclasses.replace(_model().config, embed_dim=32, mlp_dim=64))
+    params = jax.eval_shape(wider.init_params, jax.random.PRNGKey(0))
+    opt_state = jax.eval_shape(make_optimizer(10, warmup_steps=1).init, params)
+    with pytest.raises(
+        ckpt_lib.CheckpointMismatchError, match=r"params\['block_0'\].* saved \(16, "
+    ) as e:
+        ck.restore_latest(params, opt_state)
+    assert ck.step_path(2) in str(e.value) and "left in place" in str(e.value)
+    assert isinstance(e.value, ValueError)  # the launcher's one-line user error
+    assert ck.all_steps() == [1, 2]
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(ckpt_lib.CORRUPT_PREFIX)]
+    step, p, o, _ = ckpt_lib.Checkpointer(str(tmp_path)).restore_latest(*_abstract(p2, o2))
+    assert step == 2
+    _assert_trees_equal(p, p2)
+    _assert_trees_equal(o, o2)
+    # An optimizer with other state (same params) is another layout too.
+    sgd = optax.sgd(0.1, momentum=0.9).init(p2)
+    with pytest.raises(ckpt_lib.CheckpointMismatchError, match="opt_state"):
+        ck.restore(2, *_abstract(p2, sgd))
+    assert ck.all_steps() == [1, 2]
     ck.close()
 
 

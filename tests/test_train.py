@@ -190,6 +190,14 @@ def test_resume_refuses_a_different_configuration_or_corpus(tmp_path, monkeypatc
     changed.data.batch_size = 8
     with pytest.raises(ValueError, match=r"data\.batch_size: 4 in the checkpoint, 8 now"):
         train_and_evaluate(changed, str(tmp_path / "run"))
+    # Another model: its arrays would not fit the checkpoint's. Refused by the saved config,
+    # before any array is read, and nothing is moved aside (before, every checkpoint was
+    # renamed corrupt_<step> and the next run started again from step 0).
+    other_model = _tiny_config(tmp_path)
+    other_model.model = train_config.get_config("model=tiny_draft").model
+    with pytest.raises(ValueError, match=r"model\.num_layers: 2 in the checkpoint, 1 now"):
+        train_and_evaluate(other_model, str(tmp_path / "run"))
+    assert sorted(os.listdir(tmp_path / "run" / "checkpoints")) == ["4"]
     # Same config, but the corpus on disk changed (e.g. another Python's stdlib).
     real = loop_lib.load_corpus_info
     monkeypatch.setattr(

@@ -166,6 +166,10 @@ def _restore_or_init(config, config_dict, model, tx, checkpointer, train_info, m
       (TrainState, training seconds of earlier runs).
     """
     abstract_params = jax.eval_shape(model.init_params, jax.random.PRNGKey(config.seed))
+    latest = checkpointer.latest_step()
+    saved = None if latest is None else checkpointer.read_meta(latest)
+    if saved is not None and "config" in saved:  # another config: say which field, read nothing
+        check_same_run(saved["config"], config_dict, checkpointer.step_path(latest))
     restored = checkpointer.restore_latest(
         abstract_params, jax.eval_shape(tx.init, abstract_params)
     )
