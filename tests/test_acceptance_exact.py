@@ -69,12 +69,25 @@ def test_greedy_target_deterministic_draft_all_accepted_plus_bonus():
     _assert_outcome(_batch([5, 2, 6]), None, p, [[5, 2, 6, 0]], [3])
 
 
-def test_zero_draft_probability_with_positive_target_probability_accepts():
-    # q(x) = 0 < p(x): min(1, p / q) = 1, accepted without dividing by zero.
+def test_zero_draft_probability_with_positive_target_probability():
+    # Under jit, where no value is checked (a q that underflowed to 0): min(1, p / q) = 1,
+    # accepted without dividing by zero.
     q = np.array([0.5, 0.5, 0, 0, 0], np.float32)
     p = np.array([0, 0, 0.3, 0.7, 0], np.float32)
     bonus = np.array([0, 0, 0, 0, 1], np.float32)
-    _assert_outcome(_batch([2]), _batch([q]), _batch([p, bonus]), [[2, 4]], [1])
+    for key in KEYS:
+        out_tokens, out_n = jit_accept(key, _batch([2]), _batch([q]), _batch([p, bonus]))
+        np.testing.assert_array_equal(np.asarray(out_tokens), [[2, 4]])
+        np.testing.assert_array_equal(np.asarray(out_n), [1])
+    # Eagerly the values are there: a token with q(x) = exactly 0 was not drawn from that q, and
+    # accepting it whatever p(x) is would bias the output, so it is refused by name.
+    with pytest.raises(ValueError, match=r"draft_probs\[0, 0, 2\] = 0 \(1 such entries\)"):
+        speculative_accept(KEYS[0], _batch([2]), _batch([q]), _batch([p, bonus]))
+    # Past num_drafted a row's entries are padding, not drafts: not checked.
+    out_tokens, out_n = speculative_accept(
+        KEYS[0], _batch([2]), _batch([q]), _batch([p, bonus]), num_drafted=jnp.array([0])
+    )
+    np.testing.assert_array_equal(np.asarray(out_n), [0])
 
 
 def test_identical_p_and_q_accepts_everything_without_nan():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from specjax import checks
 
@@ -139,6 +140,39 @@ def check_args(draft_tokens, draft_probs, target_probs, num_drafted) -> None:
         lo, hi = checks.value_range(draft_tokens)
         if lo < 0 or hi >= vocab:
             raise ValueError(f"draft_tokens must lie in [0, {vocab}); got values in [{lo}, {hi}]")
+        if draft_probs is not None:
+            drafted = None
+            if num_drafted is not None and checks.is_concrete(num_drafted):
+                drafted = np.arange(gamma)[None, :] < np.asarray(num_drafted)[:, None]
+            check_drafted_mass("draft_probs", draft_probs, draft_tokens, drafted)
+
+
+def check_drafted_mass(name: str, probs, tokens, drafted=None) -> None:
+    """Each drafted token has mass in the row it was drawn from (when both are concrete).
+
+    A token drawn from q has q(x) > 0. Where q(x) = 0 the rules' ratio p(x) / q(x) is infinite
+    and x would be accepted whatever p(x) is: the caller passed another row than the one it
+    sampled from, and the output would silently stop following p.
+
+    Args:
+      name: the argument's name in the error.
+      probs: float [batch, k, vocab] the draft's rows.
+      tokens: int [batch, k] the token drawn from each row.
+      drafted: bool [batch, k] the entries that were drafted (None: all).
+    """
+    if not (checks.is_concrete(probs) and checks.is_concrete(tokens)):
+        return
+    q = np.asarray(jax.device_get(probs)).astype(np.float32)
+    x = np.asarray(jax.device_get(tokens)).astype(np.int64)
+    mass = np.take_along_axis(q, x[..., None], axis=-1)[..., 0]  # [batch, k]
+    empty = mass <= 0 if drafted is None else (mass <= 0) & drafted
+    if empty.any():
+        b, i = (int(v) for v in np.argwhere(empty)[0])
+        raise ValueError(
+            f"{name} must give each drafted token the probability it was drawn with, which is "
+            f"> 0; got {name}[{b}, {i}, {x[b, i]}] = 0 ({int(empty.sum())} such entries): pass "
+            "the distribution the token was sampled from"
+        )
 
 
 def check_unit(name: str, value, *, closed_low: bool = False) -> None:

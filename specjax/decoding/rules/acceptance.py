@@ -56,7 +56,8 @@ def speculative_accept(
       key: a PRNG key (one per call; rows draw independent randomness from it).
       draft_tokens: int [batch, gamma] tokens the draft proposed.
       draft_probs: float [batch, gamma, vocab] q at each drafted position (what the draft sampled
-        from), or None for a deterministic draft (q is a point mass on the drafted token).
+        from), or None for a deterministic draft (q is a point mass on the drafted token). A
+        drafted token has q(x) > 0; given concrete arrays, a q(x) = 0 raises ValueError.
       target_probs: float [batch, gamma + 1, vocab] p at each drafted position plus the bonus
         position. float32 or bfloat16; computed in float32 after renormalising each row (p and q
         rows are treated as the distributions sampling draws from, i.e. divided by their sums).

@@ -41,7 +41,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax import checks
-from specjax.decoding.rules._common import normalise, residual_distribution
+from specjax.decoding.rules._common import (
+    check_drafted_mass,
+    normalise,
+    residual_distribution,
+)
 from specjax.decoding.sampling import sample_from_probs
 from specjax.decoding.trees.topology import TokenTree
 from specjax.decoding.trees.traced import TracedTree
@@ -58,7 +62,7 @@ def _early_exit(batch: int) -> bool:
     return batch <= EARLY_EXIT_MAX_BATCH and jax.default_backend() in EARLY_EXIT_BACKENDS
 
 
-def _check_args(tree, node_tokens, draft_probs, target_probs, valid) -> None:
+def _check_args(tree, node_tokens, draft_probs, target_probs, valid, replacement) -> None:
     if not isinstance(tree, (TokenTree, TracedTree)):
         raise TypeError(f"tree must be a TokenTree or a TracedTree; got {tree!r}")
     n = tree.num_nodes
@@ -86,6 +90,13 @@ def _check_args(tree, node_tokens, draft_probs, target_probs, valid) -> None:
         lo, hi = checks.value_range(np.asarray(node_tokens)[:, 1:])  # sliced on the host
         if lo < 0 or hi >= vocab:
             raise ValueError(f"node_tokens must lie in [0, {vocab}); got values in [{lo}, {hi}]")
+        # With replacement each child was drawn from its own row. (Without, a later sibling may
+        # lie outside the parent's q once its support is exhausted: the uniform fallback.)
+        if draft_probs is not None and replacement:
+            known = valid is not None and checks.is_concrete(valid)
+            drafted = np.asarray(valid).astype(bool) if known else np.ones((batch, n), bool)
+            drafted[:, 0] = False  # the root is not drafted
+            check_drafted_mass("draft_probs", draft_probs, node_tokens, drafted)
 
 
 def _loop(body, init, length: int, more, early_exit: bool):
@@ -213,7 +224,7 @@ def tree_accept(
       num_accepted: int32 [batch], n in [0, max_depth].
       path: int32 [batch, max_depth + 1]: path[b, 0] = 0, then the accepted nodes, the rest -1.
     """
-    _check_args(tree, node_tokens, draft_probs, target_probs, valid)
+    _check_args(tree, node_tokens, draft_probs, target_probs, valid, replacement)
     batch, n = node_tokens.shape
     tokens = node_tokens.astype(jnp.int32)
     # Rows are renormalised where the walk reads them: a few of the N rows, not all of them.
