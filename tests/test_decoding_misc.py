@@ -371,6 +371,19 @@ def test_params_of_the_wrong_model_raise_naming_the_argument_and_the_parameter(a
             ),
             r"draft_params .* 'log_probs' of shape \(64,\) where the model has \(64, 64\)",
         ),
+        # Integer weights of the right shapes (raw quantized ones) decoded to garbage before.
+        (
+            lambda: ar.generate(
+                jax.tree.map(lambda x: x.astype(jnp.int8), params), prompts, KEY, 3
+            ),
+            r"params do not fit .* of dtype int8 where the model computes in floating point",
+        ),
+        (
+            lambda: spec.generate(
+                params, jax.tree.map(lambda x: x > 0, small_params), prompts, KEY, 3
+            ),
+            r"draft_params do not fit .* of dtype bool",
+        ),
     ]
     for call, match in cases:
         with pytest.raises(ValueError, match=match):

@@ -202,14 +202,24 @@ def _expected_layout(model):
         return None
     leaves, treedef = jax.tree_util.tree_flatten_with_path(abstract)
     by_path = {_path_name(p): tuple(x.shape) for p, x in leaves}
-    return treedef, tuple(by_path.values()), by_path
+    floating = frozenset(_path_name(p) for p, x in leaves if _is_floating(x))
+    return treedef, tuple(by_path.values()), by_path, floating
+
+
+def _is_floating(x) -> bool:
+    """Whether a leaf holds floating-point values (a float dtype, or a Python float)."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        return isinstance(x, float)
+    return bool(jnp.issubdtype(dtype, jnp.floating))
 
 
 def params_mismatch(model, params) -> str | None:
     """Why `params` do not fit `model` (the first differing parameter), or None if they fit.
 
     Compares the tree of parameter paths and shapes with `expected_params(model)` on the host
-    (dtypes are free: bfloat16 weights fit a float32 model). Models that cannot say what they
+    (floating dtypes are free: bfloat16 weights fit a float32 model; an integer or bool leaf where
+    the model has a float one does not fit). Models that cannot say what they
     expect are never flagged. A model made of several (a hierarchy's inner models) checks
     itself through its own `params_mismatch(params)` method.
     """
@@ -222,18 +232,21 @@ def params_mismatch(model, params) -> str | None:
         return None
     if layout is None:
         return None
-    treedef, shapes, by_path = layout
+    treedef, shapes, by_path, floating = layout
     try:
         leaves, got_def = jax.tree_util.tree_flatten(params)
-        if got_def == treedef and tuple(tuple(_leaf_shape(x)) for x in leaves) == shapes:
-            return None  # the fast path: one structure comparison
+        if (
+            got_def == treedef
+            and tuple(tuple(_leaf_shape(x)) for x in leaves) == shapes
+            and (not floating or all(_is_floating(x) for x in leaves))
+        ):
+            return None  # the fast path: one structure comparison (every leaf a float)
     except TypeError:
         pass
     if not isinstance(params, Mapping):
         return f"are a {type(params).__name__}, not a dict of parameters"
-    got = {
-        _path_name(p): tuple(_leaf_shape(x)) for p, x in jax.tree_util.tree_leaves_with_path(params)
-    }
+    with_path = jax.tree_util.tree_leaves_with_path(params)
+    got = {_path_name(p): tuple(_leaf_shape(x)) for p, x in with_path}
     for path, shape in by_path.items():
         if path not in got:
             flax = (
@@ -245,6 +258,14 @@ def params_mismatch(model, params) -> str | None:
     extra = sorted(set(got) - set(by_path))
     if extra:
         return f"hold {extra[0]!r}, which the model does not have"
+    for p, x in with_path:  # e.g. raw quantized weights: they would decode to garbage
+        name = _path_name(p)
+        if name in floating and not _is_floating(x):
+            dtype = getattr(x, "dtype", type(x).__name__)
+            return (
+                f"hold {name!r} of dtype {dtype} where the model computes in floating point "
+                "(dequantize or cast the weights first)"
+            )
     return None
 
 
