@@ -24,6 +24,16 @@ def check_rank(name: str, x, rank: int, layout: str) -> None:
         raise ValueError(f"{name} must have shape {layout} (rank {rank}); got shape {shape}")
 
 
+def check_count(name: str, value, low: int = 1, high: int | None = None) -> None:
+    """Refuses a count that is not a Python or NumPy integer in [low, high], naming it (a bool,
+    float or string would pass a comparison, or fail later deep in a trace, without a name)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer; got {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{name} must be an integer {bound}; got {value}")
+
+
 def check_float(name: str, x) -> None:
     """Raises TypeError naming `name` unless `x` has a floating dtype."""
     if not jnp.issubdtype(x.dtype, jnp.floating):

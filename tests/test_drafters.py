@@ -37,14 +37,17 @@ from decoding_setup import (
 from specjax import sharding as sh
 from specjax.decoding import (
     LookupDrafter,
+    LookupTreeDrafter,
     ModelDrafter,
     ShardedDecoder,
     SpeculativeDecoder,
+    TokenTree,
     Verdict,
     speculative_accept,
 )
 from specjax.decoding.drafters.base import is_drafter
 from specjax.decoding.state import init_sequences
+from specjax.models import PromptLookupLM
 
 KEY = jax.random.PRNGKey(11)
 
@@ -84,6 +87,23 @@ def test_lookup_drafter_prefers_the_longest_suffix():
 def test_lookup_drafter_rejects_bad_ngram_range():
     with pytest.raises(ValueError, match="min_ngram <= max_ngram"):
         LookupDrafter(V, max_ngram=1, min_ngram=2)
+    # max_ngram=1000 used to hang the first generate in tracing (the search is unrolled);
+    # 2.5 failed there without a name, True was read as 1, "5" as a vocabulary.
+    for cls in (LookupDrafter, LookupTreeDrafter, PromptLookupLM):
+        extra = (TokenTree.chain(2),) if cls is LookupTreeDrafter else ()
+        cases = [
+            (dict(max_ngram=1000), ValueError, r"max_ngram must be an integer in \[1, 32\]"),
+            (dict(max_ngram=2.5), TypeError, "max_ngram must be an integer; got 2.5"),
+            (dict(max_ngram=True), TypeError, "max_ngram must be an integer; got True"),
+            (dict(min_ngram=0), ValueError, r"min_ngram must be an integer >= 1"),
+        ]
+        for kwargs, error, match in cases:
+            with pytest.raises(error, match=match):
+                cls(V, *extra, **kwargs)
+        for vocab in ("5", 5.0, 0):
+            with pytest.raises((TypeError, ValueError), match="vocab_size must be an integer"):
+                cls(vocab, *extra)
+        cls(np.int64(V), *extra, max_ngram=np.int64(32))  # NumPy integers are integers
 
 
 def test_model_drafter_commit_keeps_what_the_model_saw_and_survived():
@@ -184,3 +204,36 @@ def test_sampling_with_lookup_drafter_matches_the_exact_target_joint():
     assert tds.chi_square_pvalue(tds.counts_of(samples), joint) > tds.P_THRESHOLD
     # The prompt (3 1 4 1) has an earlier match: lookups were made and sometimes accepted.
     assert summary["sampler_tokens_per_iteration"] > 1.0
+
+
+def test_every_drafter_with_a_warper_refuses_one_that_is_not_a_warper():
+    """Each drafter checks its own warper when built (the decoders checked only theirs: a
+    drafter's None failed inside generate with an AttributeError)."""
+    from specjax.decoding import (
+        AdaptiveDrafter,
+        EagleDrafter,
+        EagleTreeDrafter,
+        FixedGamma,
+        MedusaDrafter,
+        MedusaTreeDrafter,
+        TreeDrafter,
+    )
+    from specjax.models import EagleHead, MedusaHeads
+
+    draft = drafts()["transformer"][0]
+    tree = TokenTree.chain(2)
+    head, heads = EagleHead(TARGET), MedusaHeads(TARGET, 2)
+    builds = [
+        lambda w: ModelDrafter(draft, w),
+        lambda w: TreeDrafter(draft, w, tree),
+        lambda w: AdaptiveDrafter(draft, w, FixedGamma(2), 2),
+        lambda w: EagleDrafter(head, w),
+        lambda w: EagleTreeDrafter(head, w, tree),
+        lambda w: MedusaDrafter(heads, w),
+        lambda w: MedusaTreeDrafter(heads, w, tree),
+    ]
+    for build in builds:
+        build(SAMPLING)  # a Warper is accepted
+        for bad in (None, 0.7, "greedy"):
+            with pytest.raises(TypeError, match=r"warper must be a specjax Warper .*got"):
+                build(bad)

@@ -239,6 +239,12 @@ class Warper:
         return self.draw(key, logits)[0]
 
 
+def check_warper(warper, name: str = "warper") -> None:
+    """Raises TypeError naming `name` unless `warper` is a specjax `Warper`."""
+    if not isinstance(warper, Warper):
+        raise TypeError(f"{name} must be a specjax Warper (make_warper(...)); got {warper!r}")
+
+
 def make_warper(temperature: float = 1.0, top_k: int | None = None, top_p: float = 1.0) -> Warper:
     """Builds the standard chain: temperature (0 = greedy), then top-k, then top-p.
 

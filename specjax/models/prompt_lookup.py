@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from specjax import checks
 from specjax.models.interface import ApplyFromForward, ModelOutput
 from specjax.models.kv_cache import select_rows, write_rows
 
@@ -35,9 +36,17 @@ class HistoryState:
         return self.replace(tokens=select_rows(self.tokens, starts, index))
 
 
+# The longest suffix a lookup matches. The search is unrolled into the program, about
+# max_ngram² / 2 comparisons over the history: 1,000 took minutes and gigabytes to trace.
+MAX_NGRAM = 32
+
+
 def check_ngram_range(min_ngram: int, max_ngram: int) -> None:
-    """Raises ValueError unless 1 <= min_ngram <= max_ngram (the suffix lengths to match)."""
-    if not 1 <= min_ngram <= max_ngram:
+    """Raises unless min_ngram and max_ngram are integers with 1 <= min_ngram <= max_ngram <=
+    `MAX_NGRAM` (the suffix lengths to match), naming them."""
+    checks.check_count("min_ngram", min_ngram)
+    checks.check_count("max_ngram", max_ngram, 1, MAX_NGRAM)
+    if min_ngram > max_ngram:
         raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
 
 
@@ -122,6 +131,7 @@ class PromptLookupLM(ApplyFromForward):
     min_ngram: int = 1
 
     def __post_init__(self):
+        checks.check_count("vocab_size", self.vocab_size)
         check_ngram_range(self.min_ngram, self.max_ngram)
 
     def init_state(self, batch: int, max_len: int) -> HistoryState:

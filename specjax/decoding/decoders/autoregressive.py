@@ -17,7 +17,7 @@ from specjax.decoding import arguments, loop
 from specjax.decoding.argmax import has_nan
 from specjax.decoding.loop import LoopState
 from specjax.decoding.prefill import prefill
-from specjax.decoding.sampling import Warper
+from specjax.decoding.sampling import Warper, check_warper
 from specjax.decoding.state import emit, last_tokens, nan_flags
 
 
@@ -39,10 +39,7 @@ class AutoregressiveDecoder:
     min_bucket: int = 16
 
     def __post_init__(self):
-        if not isinstance(self.warper, Warper):
-            raise TypeError(
-                f"warper must be a specjax Warper (make_warper(...)); got {self.warper!r}"
-            )
+        check_warper(self.warper)
         arguments.resolve_cache_len(self)
 
     # -- the loop driver's protocol --------------------------------------------------------

@@ -43,7 +43,7 @@ from specjax.decoding.drafters.model import ModelDrafter
 from specjax.decoding.drafters.truncated import TruncatedDrafter
 from specjax.decoding.prefill import target_features
 from specjax.decoding.rules.acceptance import speculative_accept
-from specjax.decoding.sampling import Warper
+from specjax.decoding.sampling import Warper, check_warper
 from specjax.decoding.state import last_tokens
 from specjax.models.interface import check_pair, check_vocab
 from specjax.models.kv_cache import rollback
@@ -117,10 +117,7 @@ class SpeculativeDecoder(SpeculativeSteps):
         arguments.check_flag(self.unroll_draft, "unroll_draft", none=True)
         if self.gamma_policy is not None:
             check_policy(self.gamma_policy, self.gamma)
-        if not isinstance(self.warper, Warper):
-            raise TypeError(
-                f"warper must be a specjax Warper (make_warper(...)); got {self.warper!r}"
-            )
+        check_warper(self.warper)
         if not callable(self.accept):
             raise TypeError(f"accept must be an acceptance rule (a function); got {self.accept!r}")
         if not self.lossless:

@@ -26,7 +26,7 @@ from specjax.decoding.drafters.feature_heads import check_feature_target
 from specjax.decoding.prefill import target_features
 from specjax.decoding.rules.point_mass import tree_point_mass_accept
 from specjax.decoding.rules.tree import tree_accept
-from specjax.decoding.sampling import Warper
+from specjax.decoding.sampling import Warper, check_warper
 from specjax.decoding.state import last_tokens
 from specjax.decoding.trees.drafter import CHILDREN_MODES, TreeDrafter
 from specjax.decoding.trees.dynamic import DynamicTree
@@ -104,10 +104,7 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
             check_pair(self.target, self.draft)
         if self.tree.max_depth < 1:
             raise ValueError("tree must have at least one node below the root")
-        if not isinstance(self.warper, Warper):
-            raise TypeError(
-                f"warper must be a specjax Warper (make_warper(...)); got {self.warper!r}"
-            )
+        check_warper(self.warper)
         arguments.check_flag(self.replacement, "replacement")
         drawn = getattr(self.draft, "replacement", None) if is_drafter(self.draft) else None
         if drawn is not None and drawn != self.replacement:

@@ -35,7 +35,7 @@ from specjax.decoding.arguments import check_flag
 from specjax.decoding.drafters.base import Proposal, Verdict
 from specjax.decoding.drafters.gamma_policy import GammaPolicy, check_gamma_max
 from specjax.decoding.drafters.model import ModelDrafter, default_unroll
-from specjax.decoding.sampling import Warper
+from specjax.decoding.sampling import Warper, check_warper
 from specjax.decoding.state import Sequences
 from specjax.models.interface import per_row_axes, state_logical_axes
 
@@ -102,6 +102,7 @@ class AdaptiveDrafter:
     unroll: bool | None = None
 
     def __post_init__(self):
+        check_warper(self.warper)
         check_gamma_max(self.gamma_max)
         check_flag(self.unroll, "unroll", none=True)
 

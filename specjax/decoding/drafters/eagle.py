@@ -34,7 +34,7 @@ from flax import struct
 from specjax.decoding.arguments import check_flag
 from specjax.decoding.drafters.base import Proposal, Verdict
 from specjax.decoding.drafters.model import default_unroll
-from specjax.decoding.sampling import Warper
+from specjax.decoding.sampling import Warper, check_warper
 from specjax.decoding.state import Sequences
 from specjax.models.kv_cache import KVCache, rollback, write_rows
 
@@ -70,6 +70,7 @@ class EagleDrafter:
     reads_features = True
 
     def __post_init__(self):
+        check_warper(self.warper)
         check_flag(self.unroll, "unroll", none=True)
 
     @property

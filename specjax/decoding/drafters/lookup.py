@@ -10,6 +10,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from specjax import checks
 from specjax.decoding.drafters.base import NoState, Proposal, Verdict
 from specjax.decoding.state import Sequences
 from specjax.models.prompt_lookup import check_ngram_range, latest_suffix_match
@@ -39,6 +40,7 @@ class LookupDrafter:
     variable_length = True  # a lookup proposes 0..gamma tokens: verify only as wide as needed
 
     def __post_init__(self):
+        checks.check_count("vocab_size", self.vocab_size)
         check_ngram_range(self.min_ngram, self.max_ngram)
 
     @property

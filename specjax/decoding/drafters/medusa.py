@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from specjax.decoding.drafters.base import Proposal, Verdict
-from specjax.decoding.sampling import Warper, sample_from_probs
+from specjax.decoding.sampling import Warper, check_warper, sample_from_probs
 from specjax.decoding.state import Sequences
 
 
@@ -47,6 +47,9 @@ class MedusaDrafter:
     heads: object
     warper: Warper
     reads_features = True
+
+    def __post_init__(self):
+        check_warper(self.warper)
 
     @property
     def vocab_size(self) -> int:

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from specjax.decoding.arguments import check_flag
 from specjax.decoding.drafters.base import Proposal, Verdict
 from specjax.decoding.prefill import prefill
-from specjax.decoding.sampling import Warper
+from specjax.decoding.sampling import Warper, check_warper
 from specjax.decoding.state import Sequences, last_tokens
 from specjax.models.kv_cache import rollback
 
@@ -64,6 +64,7 @@ class ModelDrafter:
     unroll: bool | None = None
 
     def __post_init__(self):
+        check_warper(self.warper)
         check_flag(self.unroll, "unroll", none=True)
 
     @property

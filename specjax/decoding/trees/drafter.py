@@ -31,7 +31,7 @@ import numpy as np
 from specjax.decoding.arguments import check_flag
 from specjax.decoding.drafters.base import Proposal, Verdict
 from specjax.decoding.prefill import prefill
-from specjax.decoding.sampling import Warper
+from specjax.decoding.sampling import Warper, check_warper
 from specjax.decoding.state import Sequences, last_tokens
 from specjax.decoding.trees.topology import TokenTree, draw_children, tree_inputs
 from specjax.models.kv_cache import rollback
@@ -90,6 +90,7 @@ class TreeDrafter:
     children: str = "auto"
 
     def __post_init__(self):
+        check_warper(self.warper)
         check_tree_drafter(self.tree, self.children, self.replacement)
         if self.deterministic:
             mode = "children='top_k'" if self.children == "top_k" else "a greedy warper"

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax import checks
 from specjax.decoding.drafters.base import NoState, Proposal, Verdict
 from specjax.decoding.state import Sequences
 from specjax.decoding.trees.topology import TokenTree
@@ -58,6 +59,7 @@ class LookupTreeDrafter:
     min_ngram: int = 1
 
     def __post_init__(self):
+        checks.check_count("vocab_size", self.vocab_size)
         check_ngram_range(self.min_ngram, self.max_ngram)
         if not isinstance(self.tree, TokenTree):
             raise TypeError(f"tree must be a TokenTree; got {self.tree!r}")

@@ -41,6 +41,7 @@ class MedusaTreeDrafter(MedusaDrafter):
     children: str = "auto"
 
     def __post_init__(self):
+        super().__post_init__()
         check_tree_drafter(self.tree, self.children, self.replacement)
         if self.tree.max_depth > self.heads.num_heads:
             raise ValueError(
