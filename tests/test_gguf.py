@@ -225,6 +225,13 @@ REFUSALS = [
     (dict(qtype=Q.TQ2_0), "tensor 'blk.0.attn_q.weight' has type TQ2_0"),
     (dict(drop=("blk.1.ffn_up.weight",)), "lacks tensor 'layers.1.mlp.up_proj.weight'"),
     (dict(extra_tensors={"blk.0.attn_q_norm.weight": np.ones(16)}), "blk.0.attn_q_norm"),
+    # Fields out of range: a ZeroDivisionError, a reshape error or NaN logits before.
+    (dict(meta={"llama.attention.head_count": (0, U32)}), "'llama.attention.head_count' must"),
+    (dict(meta={"llama.attention.head_count_kv": (3, U32)}), "not a multiple of llama.attention"),
+    (dict(meta={"llama.context_length": (0, U32)}), "'llama.context_length' must be an integer"),
+    (dict(meta={"llama.rope.freq_base": (float("nan"), F32)}), "'llama.rope.freq_base' must be"),
+    (dict(meta={"llama.rope.freq_base": (-1.0, F32)}), "freq_base' must be finite and > 0"),
+    (dict(meta={"llama.attention.layer_norm_rms_epsilon": (-1.0, F32)}), "rms_epsilon' must be"),
 ]
 
 

@@ -25,6 +25,7 @@ files.
 
 from __future__ import annotations
 
+import math
 import os
 
 import gguf
@@ -123,6 +124,28 @@ def _require(meta: dict, key: str, path: str):
     return value
 
 
+def _count(meta: dict, key: str, path: str, default: int | None = None) -> int:
+    """A metadata field that counts something: an integer >= 1 (`default` where absent)."""
+    value = _require(meta, key, path) if default is None or key in meta else default
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(
+            f"{path}: GGUF metadata field {key!r} must be an integer >= 1, got {value!r}"
+        )
+    return int(value)
+
+
+def _positive(meta: dict, key: str, path: str, default: float | None = None) -> float:
+    """A metadata field that is a finite number > 0 (`default` where absent)."""
+    value = _require(meta, key, path) if default is None or key in meta else default
+    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+        raise ValueError(f"{path}: GGUF metadata field {key!r} must be a number, got {value!r}")
+    if not (math.isfinite(float(value)) and float(value) > 0):
+        raise ValueError(
+            f"{path}: GGUF metadata field {key!r} must be finite and > 0, got {value!r}"
+        )
+    return float(value)
+
+
 def hf_config_from_gguf(meta: dict, tensor_names, path: str = "GGUF file") -> dict:
     """A config.json-like dict (the keys `llama_config` reads) from a file's llama metadata.
 
@@ -158,15 +181,27 @@ def hf_config_from_gguf(meta: dict, tensor_names, path: str = "GGUF file") -> di
             f"{path}: has tensor 'rope_freqs.weight' (per-frequency RoPE factors, Llama 3.1 "
             "style); RoPE scaling of GGUF files is not implemented"
         )
-    heads = int(_require(meta, p + "attention.head_count", path))
-    embed = int(_require(meta, p + "embedding_length", path))
-    head_dim = int(meta.get(p + "attention.key_length", embed // heads))
-    value_dim = int(meta.get(p + "attention.value_length", head_dim))
+    heads = _count(meta, p + "attention.head_count", path)
+    kv_heads = _count(meta, p + "attention.head_count_kv", path, default=heads)
+    if heads % kv_heads:
+        raise ValueError(
+            f"{path}: {p}attention.head_count={heads} is not a multiple of "
+            f"{p}attention.head_count_kv={kv_heads} (grouped-query attention shares each key/value "
+            "head among a whole number of query heads)"
+        )
+    embed = _count(meta, p + "embedding_length", path)
+    if p + "attention.key_length" not in meta and embed % heads:
+        raise ValueError(
+            f"{path}: {p}embedding_length={embed} is not divisible by {p}attention.head_count="
+            f"{heads}, and {p}attention.key_length (the head dim) is not given"
+        )
+    head_dim = _count(meta, p + "attention.key_length", path, default=embed // heads)
+    value_dim = _count(meta, p + "attention.value_length", path, default=head_dim)
     if value_dim != head_dim:
         raise ValueError(
             f"{path}: {p}attention.value_length={value_dim} differs from key_length={head_dim}"
         )
-    rope_dim = int(meta.get(p + "rope.dimension_count", head_dim))
+    rope_dim = _count(meta, p + "rope.dimension_count", path, default=head_dim)
     if rope_dim != head_dim:
         raise ValueError(
             f"{path}: {p}rope.dimension_count={rope_dim} but the head dim is {head_dim}; specjax "
@@ -181,14 +216,14 @@ def hf_config_from_gguf(meta: dict, tensor_names, path: str = "GGUF file") -> di
         "hidden_act": "silu",
         "vocab_size": int(vocab),
         "hidden_size": embed,
-        "num_hidden_layers": int(_require(meta, p + "block_count", path)),
+        "num_hidden_layers": _count(meta, p + "block_count", path),
         "num_attention_heads": heads,
-        "num_key_value_heads": int(meta.get(p + "attention.head_count_kv", heads)),
+        "num_key_value_heads": kv_heads,
         "head_dim": head_dim,
-        "intermediate_size": int(_require(meta, p + "feed_forward_length", path)),
-        "max_position_embeddings": int(_require(meta, p + "context_length", path)),
-        "rms_norm_eps": float(_require(meta, p + "attention.layer_norm_rms_epsilon", path)),
-        "rope_theta": float(meta.get(p + "rope.freq_base", 10000.0)),
+        "intermediate_size": _count(meta, p + "feed_forward_length", path),
+        "max_position_embeddings": _count(meta, p + "context_length", path),
+        "rms_norm_eps": _positive(meta, p + "attention.layer_norm_rms_epsilon", path),
+        "rope_theta": _positive(meta, p + "rope.freq_base", path, default=10000.0),
         "tie_word_embeddings": "output.weight" not in tensor_names,
     }
 

@@ -7,6 +7,8 @@ Frozen and hashable so it can be a static argument of `jax.jit`; derive variants
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 
 import jax.numpy as jnp
 
@@ -103,10 +105,20 @@ class TransformerConfig:
             "num_kv_heads",
             "embed_dim",
             "mlp_dim",
+            "max_len",
         ):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"TransformerConfig.{name} must be an integer >= 1, got {value!r}")
+        for name in ("norm_eps", "rope_theta"):  # a NaN or negative one gives NaN logits
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, numbers.Real)
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise ValueError(f"TransformerConfig.{name} must be finite and > 0, got {value!r}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"TransformerConfig.num_heads ({self.num_heads}) must be a multiple of "
