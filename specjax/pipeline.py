@@ -16,7 +16,6 @@ Decoders are kept per (γ, warper), so a second call with the same settings does
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
 import warnings
@@ -67,9 +66,11 @@ class PipelineOutput:
     result: GenerationResult
 
 
-def _check_int(value, name: str, low: int) -> int:
+def _check_int(value, name: str, low: int, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    if high is not None and value > high:
+        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
     return int(value)
 
 
@@ -212,13 +213,7 @@ class Pipeline:
     # -- decoders ----------------------------------------------------------------------------
 
     def _warper(self, temperature, top_k, top_p):
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-            raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
-        if not math.isfinite(temperature) or temperature < 0:
-            raise ValueError(
-                f"temperature must be a finite number >= 0 (0: greedy), got {temperature}"
-            )
-        return make_warper(temperature, top_k, 1.0 if top_p is None else top_p)
+        return make_warper(temperature, top_k, 1.0 if top_p is None else top_p)  # checks them
 
     def decoder(self, gamma: int, warper, speculative: bool = True):
         """The (cached) decoder: speculative with `gamma` when there is a draft, else AR."""
@@ -284,7 +279,8 @@ class Pipeline:
         """(warper, key) after checking the keywords `generate` and `chat` share."""
         _check_int(max_new_tokens, "max_new_tokens", 1)
         _check_int(gamma, "gamma", 1)
-        _check_int(seed, "seed", 0)
+        # PRNGKey keeps a seed's low 32 bits (64-bit JAX off): 2**32 + 1 would be seed 1 again.
+        _check_int(seed, "seed", 0, 2**32 - 1)
         return self._warper(temperature, top_k, top_p), jax.random.PRNGKey(seed)
 
     def _texts(self, result: GenerationResult, single: bool):

@@ -119,10 +119,16 @@ def test_bad_input_is_named(pipe, tmp_path):
         pipe.generate(["a", ""])
     with pytest.raises(TypeError, match=r"prompts\[0\] must be a str"):
         pipe.generate([[1, 2]])
-    with pytest.raises(ValueError, match="temperature must be a finite number >= 0"):
+    with pytest.raises(ValueError, match=r"temperature must be >= 0 \(got -0.5\)"):
         pipe.generate("a", temperature=-0.5)
+    with pytest.raises(ValueError, match="temperature must be a finite number >= 0"):
+        pipe.generate("a", temperature=float("nan"))
+    assert pipe.generate("a", max_new_tokens=2, temperature=np.float32(0.5)).text is not None
     with pytest.raises(ValueError, match="gamma must be an integer >= 1"):
         pipe.generate("a", gamma=0)
+    # A seed past 32 bits would alias a smaller one (PRNGKey keeps the low 32 bits).
+    with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 4294967295\]"):
+        pipe.generate("a", seed=2**32 + 1)
     with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 1"):
         pipe.generate("a", max_new_tokens=0)
     with pytest.raises(ValueError, match="exceeds cache_len=64"):

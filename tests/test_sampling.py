@@ -260,11 +260,20 @@ def test_warper_is_a_jit_static_argument():
         ({"top_p": True}, "top_p"),
         ({"temperature": 1e-10}, r"temperature must be 0 \(greedy\) or >= 0.0001"),
         ({"temperature": 9.9e-5}, r"temperature must be 0 \(greedy\) or >= 0.0001"),
+        ({"temperature": np.array([0.7])}, "temperature"),  # one value, not an array of them
+        ({"top_k": jnp.array(True)}, "top_k"),
     ],
 )
 def test_make_warper_rejects_invalid_settings(kwargs, match):
     with pytest.raises(ValueError, match=match):
         make_warper(**kwargs)
+
+
+def test_make_warper_reads_zero_dimensional_arrays_as_their_value():
+    # A 0-d array was refused as "not a finite number >= 0", which is false for 0.7.
+    got = make_warper(jnp.array(0.5), top_k=np.array(3), top_p=jnp.array(0.5))
+    assert got == make_warper(0.5, top_k=3, top_p=0.5)
+    assert make_warper(np.array(0.0)) == make_warper(0.0)
 
 
 @pytest.mark.parametrize(

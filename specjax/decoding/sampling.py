@@ -39,6 +39,13 @@ def _is_real(x) -> bool:
     )
 
 
+def _unwrap(x):
+    """A concrete 0-d array (NumPy or JAX) as the NumPy scalar it holds; anything else as is."""
+    if isinstance(x, np.ndarray | jax.Array) and x.ndim == 0 and not isinstance(x, jax.core.Tracer):
+        return np.asarray(x)[()]
+    return x
+
+
 def _is_int(x) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
@@ -257,6 +264,7 @@ def make_warper(temperature: float = 1.0, top_k: int | None = None, top_p: float
     Returns:
       A frozen, hashable `Warper`.
     """
+    temperature, top_k, top_p = (_unwrap(x) for x in (temperature, top_k, top_p))
     if not _is_real(temperature) or not math.isfinite(temperature):
         raise ValueError(f"temperature must be a finite number >= 0 (got {temperature!r})")
     if temperature < 0:
