@@ -34,6 +34,30 @@ def check_count(name: str, value, low: int = 1, high: int | None = None) -> None
         raise ValueError(f"{name} must be an integer {bound}; got {value}")
 
 
+def check_key(key, name: str = "key") -> None:
+    """Refuses anything but one PRNG key (typed, or raw uint32 key data), naming it. Works on
+    tracers too: it reads the dtype and rank only."""
+    dtype = getattr(key, "dtype", None)
+    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        typed = True
+    elif dtype == np.uint32 and getattr(key, "ndim", None) in (1, 2):
+        typed = False
+    else:
+        raise TypeError(
+            f"{name} must be a JAX PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)); "
+            f"got {key!r}"
+        )
+    if key.ndim != (0 if typed else 1):
+        raise ValueError(f"{name} must be one PRNG key, not an array of them (shape {key.shape})")
+
+
+def check_fill_value(value, name: str = "fill_value") -> None:
+    """A rule's filler token: a Python or NumPy integer (a float would be truncated into a token
+    id that cannot be told apart from emitted ones)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer (e.g. -1); got {value!r}")
+
+
 def check_float(name: str, x) -> None:
     """Raises TypeError naming `name` unless `x` has a floating dtype."""
     if not jnp.issubdtype(x.dtype, jnp.floating):

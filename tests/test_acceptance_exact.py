@@ -204,6 +204,36 @@ def test_bad_input_raises_naming_the_argument(args, error, match):
         speculative_accept(jax.random.key(0), *args)
 
 
+def test_a_bad_key_or_fill_value_raises_naming_it_in_every_rule():
+    """A float fill_value was truncated into a token id (2.5 -> 2) and an int key failed deep
+    in jax.random; every rule now names them, the tree and point-mass rules included."""
+    from specjax.decoding import TokenTree, block_accept, tree_accept
+    from specjax.decoding.rules.point_mass import point_mass_accept, tree_point_mass_accept
+
+    drafts, q, p = _valid()
+    tree = TokenTree.chain(3)
+    nodes = jnp.pad(drafts, ((0, 0), (1, 0)))  # [batch, 4]: the root, then the chain
+    node_q = jnp.concatenate([q[:, :1], q], axis=1)
+    target = jnp.zeros((2, 4), jnp.int32)
+    calls = [
+        lambda k, f: speculative_accept(k, drafts, q, p, fill_value=f),
+        lambda k, f: block_accept(k, drafts, q, p, fill_value=f),
+        lambda k, f: tree_accept(k, tree, nodes, node_q, p, fill_value=f),
+    ]
+    for call in calls:
+        for bad in (0, None, jnp.zeros((2,), jnp.int32), jax.random.split(KEYS[0], 2)):
+            with pytest.raises((TypeError, ValueError), match="key must be .*PRNG key"):
+                call(bad, -1)
+        for bad in (2.5, "a", True):
+            with pytest.raises(TypeError, match=r"fill_value must be an integer"):
+                call(KEYS[0], bad)
+        call(jax.random.PRNGKey(0), np.int64(-1))  # a raw key and a NumPy integer are fine
+    with pytest.raises(TypeError, match=r"fill_value must be an integer"):
+        point_mass_accept(drafts, target, fill_value=2.5)
+    with pytest.raises(TypeError, match=r"fill_value must be an integer"):
+        tree_point_mass_accept(tree, nodes, target, fill_value=2.5)
+
+
 def test_shape_errors_also_raise_under_jit():
     drafts, q, p = _valid()
     with pytest.raises(ValueError, match="vocab mismatch"):

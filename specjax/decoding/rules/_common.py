@@ -106,8 +106,11 @@ def assemble_tokens(
     return tokens.astype(jnp.int32)
 
 
-def check_args(draft_tokens, draft_probs, target_probs, num_drafted) -> None:
-    """Shapes, dtypes and (when concrete) values of a rule's arguments; ValueError naming one."""
+def check_args(draft_tokens, draft_probs, target_probs, num_drafted, *, key, fill_value) -> None:
+    """Shapes, dtypes and (when concrete) values of a rule's arguments, its key and its
+    fill_value; raises naming one."""
+    checks.check_key(key)
+    checks.check_fill_value(fill_value)
     checks.check_rank("draft_tokens", draft_tokens, 2, "[batch, gamma]")
     checks.check_int("draft_tokens", draft_tokens)
     batch, gamma = draft_tokens.shape

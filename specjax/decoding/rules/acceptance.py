@@ -71,7 +71,7 @@ def speculative_accept(
         the resampled or bonus token), the rest `fill_value`.
       num_accepted: int32 [batch], n in [0, gamma].
     """
-    check_args(draft_tokens, draft_probs, target_probs, num_drafted)
+    check_args(draft_tokens, draft_probs, target_probs, num_drafted, key=key, fill_value=fill_value)
     batch, gamma = draft_tokens.shape
     draft_tokens, q, p = distributions(draft_tokens, draft_probs, target_probs)
 

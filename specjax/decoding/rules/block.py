@@ -190,7 +190,7 @@ def block_accept(
         correction or bonus token), the rest `fill_value`.
       num_accepted: int32 [batch], n = τ in [0, gamma].
     """
-    check_args(draft_tokens, draft_probs, target_probs, num_drafted)
+    check_args(draft_tokens, draft_probs, target_probs, num_drafted, key=key, fill_value=fill_value)
     batch, gamma = draft_tokens.shape
     # As in speculative_accept: float32, renormalised (bf16 rows sum to 1 +- 2e-3).
     draft_tokens, q, p = distributions(draft_tokens, draft_probs, target_probs)  # [b, g(+1), V]

@@ -76,7 +76,7 @@ def lenient_accept(
       ValueError: lenience outside (0, 1] (named in the message), or bad shapes.
     """
     check_unit("lenience", lenience)
-    check_args(draft_tokens, draft_probs, target_probs, num_drafted)
+    check_args(draft_tokens, draft_probs, target_probs, num_drafted, key=key, fill_value=fill_value)
     batch, gamma = draft_tokens.shape
     draft_tokens, q, p = distributions(draft_tokens, draft_probs, target_probs)
     lq = lenience * q
@@ -122,7 +122,7 @@ def typical_accept(
     """
     check_unit("epsilon", epsilon)
     check_unit("delta", delta)
-    check_args(draft_tokens, draft_probs, target_probs, num_drafted)
+    check_args(draft_tokens, draft_probs, target_probs, num_drafted, key=key, fill_value=fill_value)
     gamma = draft_tokens.shape[1]
     draft_tokens = draft_tokens.astype(jnp.int32)
     p = normalise(target_probs.astype(jnp.float32))

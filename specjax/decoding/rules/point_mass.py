@@ -68,6 +68,7 @@ def point_mass_accept(
         then the target's token at position n), the rest `fill_value`.
       num_accepted: int32 [batch], n in [0, gamma].
     """
+    checks.check_fill_value(fill_value)
     checks.check_rank("draft_tokens", draft_tokens, 2, "[batch, gamma]")
     checks.check_int("draft_tokens", draft_tokens)
     checks.check_rank("target_tokens", target_tokens, 2, "[batch, gamma + 1]")
@@ -122,6 +123,7 @@ def tree_point_mass_accept(
     """
     if not isinstance(tree, (TokenTree, TracedTree)):
         raise TypeError(f"tree must be a TokenTree or a TracedTree; got {tree!r}")
+    checks.check_fill_value(fill_value)
     checks.check_rank("node_tokens", node_tokens, 2, "[batch, num_nodes]")
     checks.check_int("node_tokens", node_tokens)
     batch, n = node_tokens.shape

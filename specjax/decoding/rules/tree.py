@@ -224,6 +224,8 @@ def tree_accept(
       num_accepted: int32 [batch], n in [0, max_depth].
       path: int32 [batch, max_depth + 1]: path[b, 0] = 0, then the accepted nodes, the rest -1.
     """
+    checks.check_key(key)
+    checks.check_fill_value(fill_value)
     _check_args(tree, node_tokens, draft_probs, target_probs, valid, replacement)
     batch, n = node_tokens.shape
     tokens = node_tokens.astype(jnp.int32)
