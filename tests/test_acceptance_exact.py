@@ -149,6 +149,11 @@ def test_residual_distribution_values():
     q = jnp.asarray([[0.2, 0.5, 0.3, 0.0], [0.2, 0.2, 0.2, 0.4]])
     expected = [[1.0, 0.0, 0.0, 0.0], [0.8, 0.2, 0.0, 0.0]]  # max(0, p - q) normalised
     np.testing.assert_allclose(np.asarray(residual_distribution(p, q)), expected, atol=1e-6)
+    # A shape mismatch or a non-float argument is named (a raw broadcasting error before).
+    with pytest.raises(ValueError, match="draft_probs must have shape target_probs' shape"):
+        residual_distribution(p, q[..., :2])
+    with pytest.raises(TypeError, match="target_probs must be a floating array"):
+        residual_distribution(jnp.array([1, 0]), jnp.array([0.5, 0.5]))
 
 
 # ----------------------------------------------------------------------------- bad input

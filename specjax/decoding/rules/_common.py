@@ -56,7 +56,14 @@ def residual_distribution(target_probs: jax.Array, draft_probs: jax.Array) -> ja
 
     Returns:
       [..., vocab] float32, rows sum to 1.
+
+    Raises:
+      TypeError / ValueError: an argument is not a float array, or the two shapes differ. The
+        values are not read (this runs inside the rules' loops): the rules check theirs.
     """
+    for name, x in (("target_probs", target_probs), ("draft_probs", draft_probs)):
+        checks.check_float(name, x)
+    checks.check_shape("draft_probs", draft_probs, target_probs.shape, "target_probs' shape")
     residual = jnp.maximum(target_probs - draft_probs, 0.0)
     mass = residual.sum(-1, keepdims=True)
     fallback = target_probs / jnp.maximum(target_probs.sum(-1, keepdims=True), 1e-30)
