@@ -1,6 +1,8 @@
 """Decoder behaviour beyond greedy equality: streaming twins, cache rollback, recompilation,
 EOS and token budgets, statistics, and argument checking. Sampling mode (temperature 1)."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -393,6 +395,14 @@ def test_params_of_the_wrong_model_raise_naming_the_argument_and_the_parameter(a
 
     assert params_mismatch(TARGET, jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)) is None
     assert params_mismatch(bigram, bigram_params) is None
+
+
+def test_a_bad_min_bucket_raises_naming_it(ar):
+    # It only pads prompts (results do not change), but -1, 2.5 or True were taken silently.
+    params = target_params()
+    for bad, error in ((0, ValueError), (-1, ValueError), (2.5, TypeError), (True, TypeError)):
+        with pytest.raises(error, match="min_bucket must be an integer"):
+            dataclasses.replace(ar, min_bucket=bad).generate(params, list(PROMPTS), KEY, 2)
 
 
 def test_eos_outside_the_vocabulary_raises(ar, spec):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from specjax import checks
 from specjax.decoding import prompts as prompt_lib
 from specjax.models.interface import check_params, warn_beyond_trained_context
 from specjax.models.interface import position_limit as model_position_limit
@@ -89,6 +90,7 @@ def prepare(decoder, prompts, max_new_tokens):
     Returns:
       (tokens int32 [batch, bucket], lengths int32 [batch]) as device arrays.
     """
+    checks.check_count("min_bucket", decoder.min_bucket)
     tokens, lengths = prompt_lib.pad_prompts(
         prompts, decoder.vocab_size, 0, decoder.min_bucket, max_width=decoder.cache_len
     )
