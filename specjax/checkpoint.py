@@ -277,10 +277,8 @@ class Checkpointer:
         wanted_opt = sorted(shapes(abstract_opt_state).values())
         if found_opt != wanted_opt:
             differences.append(
-                f"opt_state saved {len(found_opt)} arrays, expected {len(wanted_opt)} "
-                "of other shapes"
-                if len(found_opt) != len(wanted_opt)
-                else "opt_state arrays of other shapes"
+                f"opt_state holds {len(found_opt)} arrays, this run's optimizer "
+                f"{len(wanted_opt)} (of other shapes where the counts agree)"
             )
         return differences
 
