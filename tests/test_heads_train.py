@@ -84,6 +84,28 @@ def test_other_settings_are_refused(tiny, tmp_path):
         train_head(head, params, data, d, log=lambda s: None, lr=1.0)
 
 
+def test_a_diverging_run_stops_before_saving_nan(tiny, tmp_path):
+    """A learning rate of 1e9 turns the loss NaN within the run. It used to go on, save NaN
+    checkpoints (two kept: the good ones pushed out) and end as a success."""
+    from specjax.training.finite import TrainingDivergedError
+
+    model, params, data = tiny
+    head = EagleHead(model)
+    run = str(tmp_path / "run")
+    with pytest.raises(
+        TrainingDivergedError, match=r"training diverged.* at step \d+; nothing was saved"
+    ):
+        train_head(head, params, data, run, log=lambda s: None, **dict(SETTINGS, learning_rate=1e9))
+    directory = os.path.join(run, "checkpoints")
+    if any(n.isdigit() for n in os.listdir(directory)):  # what was saved before it is finite
+        saved = load_head_params(run, head)
+        assert all(np.isfinite(np.asarray(x, np.float32)).all() for x in jax.tree.leaves(saved))
+    assert not os.path.exists(os.path.join(run, "summary.json"))
+    for name, value in (("noise", -1.0), ("ce_weight", float("nan")), ("noise", True)):
+        with pytest.raises(ValueError, match=f"{name} must be a finite number >= 0"):
+            train_head(head, params, data, str(tmp_path / name), **dict(SETTINGS, **{name: value}))
+
+
 def test_an_exported_head_loads_bit_identical_and_damage_is_named(tiny, tmp_path):
     """export_head drops the optimizer state and keeps every param bit for bit; a truncated or
     overwritten file, a wrong suffix and a head of another shape are refused, naming the file."""

@@ -209,6 +209,22 @@ def test_resume_refuses_a_different_configuration_or_corpus(tmp_path, monkeypatc
         train_and_evaluate(_tiny_config(tmp_path), str(tmp_path / "run"))
 
 
+def test_a_diverging_run_stops_before_saving_nan(tmp_path, monkeypatch):
+    """A learning rate of 1e6 turns the loss NaN: the run stops naming it, keeps its metrics
+    of the good steps, and saves no NaN checkpoint (keep-last-N would push good ones out)."""
+    from specjax.training.finite import TrainingDivergedError
+
+    monkeypatch.setenv("SPECJAX_CACHE", str(tmp_path / "cache"))
+    config = _tiny_config(tmp_path)
+    config.optim.peak_lr = 1e6
+    with pytest.raises(TrainingDivergedError, match=r"training diverged.* at step \d+; nothing"):
+        train_and_evaluate(config, str(tmp_path / "run"))
+    directory = tmp_path / "run" / "checkpoints"
+    for step in sorted(int(n) for n in os.listdir(directory) if n.isdigit()):
+        _, params, _ = ckpt_lib.load_model(str(directory), step)
+        assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(params)), step
+
+
 def test_check_same_run_ignores_run_only_fields():
     config = train_config.get_config("model=tiny_target").to_dict()
     other = dict(config, log_every=999, eval_every=7, name="renamed")

@@ -13,6 +13,7 @@ The run's guarantees are the zoo loop's (`training/loop.py`):
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 
@@ -28,6 +29,7 @@ from specjax.training.eagle import (
     output_columns,
     rank_counts,
 )
+from specjax.training.finite import check_finite_params, check_finite_record
 from specjax.training.optim import make_optimizer
 from specjax.training.same_run import check_same_head_run
 from specjax.training.signals import StopRequest
@@ -82,6 +84,11 @@ def train_head(head, target_params, data, workdir: str, *, log=print, stop_after
     cfg = dict(defaults, **settings)
     if cfg["num_steps"] < 1 or cfg["checkpoint_every"] < 1:
         raise ValueError("num_steps and checkpoint_every must be >= 1")
+    for name in ("noise", "ce_weight"):  # -1 noise acted as +1; a NaN weight made NaN losses
+        value = cfg[name]
+        real = isinstance(value, int | float) and not isinstance(value, bool)
+        if not (real and math.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
     if eagle3:
         if cfg["ttt_steps"] < 1:
             raise ValueError(f"ttt_steps must be >= 1, got {cfg['ttt_steps']}")
@@ -129,6 +136,7 @@ def train_head(head, target_params, data, workdir: str, *, log=print, stop_after
     start = time.perf_counter()
 
     def save(at):
+        check_finite_params(params, at, checkpointer.directory)
         seconds = seconds_before + time.perf_counter() - start
         meta = {"config": run_config, "train_seconds": seconds, "next_step": at}
         checkpointer.save(at, params, opt_state, meta)
@@ -143,6 +151,7 @@ def train_head(head, target_params, data, workdir: str, *, log=print, stop_after
             step += 1
             if step % 10 == 0 or step == cfg["num_steps"]:
                 record = {k: round(float(v), 5) for k, v in metrics.items()}
+                check_finite_record(record, step, checkpointer.directory)
                 record["step"] = step
                 with open(metrics_path, "a") as f:
                     f.write(json.dumps(record) + "\n")

@@ -35,6 +35,7 @@ from specjax.models.build import model_config
 from specjax.models.transformer import TransformerLM
 from specjax.training import ngrams, zoo
 from specjax.training.distill import make_distill_step
+from specjax.training.finite import check_finite_params, check_finite_record
 from specjax.training.optim import learning_rate_schedule, make_optimizer
 from specjax.training.progress import (
     ProgressBar,
@@ -227,6 +228,7 @@ def _log_train(pending, step, config, meter, schedule, clock, metrics_path, bar)
         learning_rate=float(schedule(step - 1)),
         train_seconds=clock.train_seconds(),
     )
+    check_finite_record(record, step, os.path.dirname(metrics_path) or ".")
     append_metrics(metrics_path, record)
     logging.info(
         "step %d/%d loss %.4f grad_norm %.3f lr %.2e %.0f tokens/s",
@@ -368,6 +370,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
             stop_here = bool(config.stop_at_step) and step == config.stop_at_step
             if step % config.checkpoint_every == 0 or last or stop.signal or stop_here:
                 with clock.overhead_of():
+                    check_finite_params(state.params, step, checkpointer.directory)
                     meta = make_meta(step, last_eval)
                     checkpointer.save(step, state.params, state.opt_state, meta)
             if stop.signal or (stop_here and not last):
