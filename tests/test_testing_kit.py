@@ -103,3 +103,32 @@ def test_biased_traps_are_exact_at_gamma_one():
             name=name,
         )
         assert report.passed, str(report)
+
+
+def test_settings_under_which_nothing_can_fail_are_refused():
+    """threshold <= 0 made every check pass, and no case at all gave a report of no checks that
+    said "passed": a biased rule was reported lossless either way."""
+    from specjax.decoding import speculative_accept
+    from specjax.testing.kit import Report
+
+    for kwargs, match in (
+        (dict(threshold=0.0), r"threshold must be a p-value in \(0, 1\)"),
+        (dict(threshold=-1), r"threshold must be a p-value in \(0, 1\)"),
+        (dict(threshold=1.5), r"threshold must be a p-value in \(0, 1\)"),
+        (dict(gammas=()), "gammas and kinds must each name at least one"),
+        (dict(kinds=()), "gammas and kinds must each name at least one"),
+        (dict(draws=0), "draws must be an integer >= 1"),
+        (dict(vocab=1), "vocab must be an integer >= 2"),
+        (dict(gammas=(0,)), r"gammas\[...\] must be an integer >= 1"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            testing.check_acceptance_rule(speculative_accept, **kwargs)
+    assert not Report("empty", 1, 1e-6, (), 0.0).passed
+    from specjax.decoding import AutoregressiveDecoder, make_warper
+
+    target, params = testing.tiny_llama(5, 0)
+    decoder = AutoregressiveDecoder(target, make_warper(1.0), cache_len=16)
+    with pytest.raises(ValueError, match=r"threshold must be a p-value in \(0, 1\)"):
+        testing.check_decoder(decoder, params, threshold=-1)
+    with pytest.raises(ValueError, match="prompts must hold at least one prompt"):
+        testing.check_decoder(decoder, params, prompts=())

@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.testing.kit import CheckResult, Report
-from specjax.testing.stats import PVALUE_THRESHOLD, Chi2, pooled_chi2
+from specjax.testing.stats import PVALUE_THRESHOLD, Chi2, check_threshold, pooled_chi2
 
 DEFAULT_PROMPTS = ((0,), (1, 2))
 DEFAULT_DRAWS = 1 << 18
@@ -310,6 +310,9 @@ def check_decoder(
         )
     if draws < 1 or batch < 1:
         raise ValueError(f"draws and batch must be >= 1; got {draws}, {batch}")
+    check_threshold(threshold)
+    if not len(prompts):  # no case: a report of no checks would say "passed"
+        raise ValueError("prompts must hold at least one prompt")
     length = max(3, int(inner.tokens_per_step)) if length is None else int(length)
     if length < 1:
         raise ValueError(f"length must be >= 1; got {length}")

@@ -38,8 +38,9 @@ from collections.abc import Callable, Sequence
 
 import jax.numpy as jnp
 
+from specjax import checks
 from specjax.testing import law, sampler
-from specjax.testing.stats import PVALUE_THRESHOLD, Chi2
+from specjax.testing.stats import PVALUE_THRESHOLD, Chi2, check_threshold
 
 KINDS = (
     "prefix",
@@ -82,7 +83,7 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        return all(r.passed for r in self.results)
+        return bool(self.results) and all(r.passed for r in self.results)  # no check: no pass
 
     @property
     def num_checks(self) -> int:
@@ -165,6 +166,13 @@ def check_acceptance_rule(
     Returns:
       `Report`; `report.passed` is the verdict.
     """
+    check_threshold(threshold)
+    checks.check_count("vocab", vocab, 2)
+    checks.check_count("draws", draws)
+    if not gammas or not kinds:  # no case: a report of no checks would say "passed"
+        raise ValueError(f"gammas and kinds must each name at least one; got {gammas}, {kinds}")
+    for gamma in gammas:
+        checks.check_count("gammas[...]", gamma)
     kinds = list(kinds) + (["ragged"] if num_drafted and "ragged" not in kinds else [])
     start = time.perf_counter()
     results = []

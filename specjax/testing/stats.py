@@ -21,6 +21,14 @@ PVALUE_THRESHOLD = 1e-6
 MIN_EXPECTED = 5.0
 
 
+def check_threshold(threshold) -> None:
+    """A check's p-value threshold must lie in (0, 1): at 0 or below nothing can fail, so a
+    biased rule would be reported lossless; at 1 or above everything fails."""
+    real = isinstance(threshold, int | float) and not isinstance(threshold, bool)
+    if not (real and 0 < threshold < 1):
+        raise ValueError(f"threshold must be a p-value in (0, 1), got {threshold!r}")
+
+
 def _upper_gamma_regularised(a: float, x: float) -> float:
     """Q(a, x) = Γ(a, x) / Γ(a) for a > 0, x >= 0."""
     if x <= 0.0:
