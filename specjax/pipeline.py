@@ -285,7 +285,15 @@ class Pipeline:
 
     def _texts(self, result: GenerationResult, single: bool):
         new = result.new_tokens()
-        texts = [self.tokenizer.decode(row, stop_at_eos=True) for row in new]
+        known = getattr(self.tokenizer, "vocab_size", self.target.vocab_size)
+        if any((row >= known).any() for row in new):  # padding rows of a larger embedding
+            warnings.warn(
+                f"the model emitted ids >= {known}, past its tokenizer's vocabulary (rows the "
+                "embedding has beyond it): they have no text and are left out of .text; "
+                ".new_tokens keeps them",
+                stacklevel=3,
+            )
+        texts = [self.tokenizer.decode(row[row < known], stop_at_eos=True) for row in new]
         return (texts[0] if single else texts), new
 
     def generate(

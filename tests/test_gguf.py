@@ -167,6 +167,30 @@ def test_tokenizer_splits_every_digit_and_keeps_specials_whole(tmp_path):
         np.testing.assert_array_equal(tok.encode(special), [i])
 
 
+def test_decode_names_ids_it_cannot_decode(tmp_path):
+    """The backend dropped an unknown id from the text and truncated floats: now each is named,
+    as the byte tokenizer names them."""
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path)
+    _, _, tok = load_gguf(path)
+    ok = tok.encode("the cat")
+    assert tok.decode(np.asarray(ok)) == tok.decode(list(ok)) == "the cat"
+    for ids, error, match in (
+        ([5, 269, 6], ValueError, r"ids must lie in \[0, 269\), got values in \[5, 269\]"),
+        ([5, -1], ValueError, r"ids must lie in \[0, 269\)"),
+        ([5.7, 6.0], TypeError, "ids must hold integers"),
+        ([[5, 6]], ValueError, "ids must be 1-D"),
+        ("72", TypeError, "ids must be a sequence of token ids"),
+    ):
+        with pytest.raises(error, match=match):
+            tok.decode(ids)
+    with pytest.raises(ValueError, match="lengths must be >= 0"):
+        tok.decode_batch([ok, ok], lengths=[2, -1])
+    with pytest.raises(ValueError, match="lengths must be 2 integers"):
+        tok.decode_batch([ok, ok], lengths=[2])
+    assert tok.decode_batch([ok, ok], lengths=np.array([len(ok), 0])) == ["the cat", ""]
+
+
 def test_plain_gpt2_pre_tokenizer_keeps_numbers_together(tmp_path):
     """`pre` = gpt2 (no digit split): " 123" is one pre-token, "  " before it splits."""
     path = tmp_path / "tiny.gguf"

@@ -165,3 +165,21 @@ def test_text_stream_holds_back_incomplete_characters():
     assert stream.push(np.array([104, 0xE2, 0x82])) == "h"
     assert stream.push(np.array([EOS_ID, 105])) == ""
     assert "h" + stream.flush() == TOK.decode([104, 0xE2, 0x82]) == "h\ufffd"
+
+
+def test_ids_past_the_tokenizer_are_left_out_of_the_text_with_a_warning():
+    """A model whose embedding has more rows than its tokenizer has tokens may sample them: they
+    have no text. Before, `.text` failed after the whole generation (the byte tokenizer) or
+    dropped them without a word (a BPE tokenizer)."""
+    wide = TransformerLM(
+        TransformerConfig.gpt2(VOCAB_SIZE + 41, num_layers=1, embed_dim=16, num_heads=2, max_len=64)
+    )
+    pipe = specjax.Pipeline(wide, random_params(wide, seed=3), tokenizer=ByteTokenizer())
+    with pytest.warns(UserWarning, match="past its tokenizer's vocabulary"):
+        out = pipe.generate("ab", max_new_tokens=24, temperature=1.0, seed=1)
+    row = out.new_tokens[0]
+    assert (row >= VOCAB_SIZE).any()  # the case happened
+    assert out.text == ByteTokenizer().decode(row[row < VOCAB_SIZE], stop_at_eos=True)
+    with pytest.warns(UserWarning, match="past its tokenizer's vocabulary"):
+        pieces = list(pipe.stream("ab", max_new_tokens=24, temperature=1.0, seed=1))
+    assert "".join(pieces) == out.text

@@ -16,6 +16,7 @@ import numpy as np
 
 from specjax.convert.common import first_id
 from specjax.data.chat import render_chat
+from specjax.data.tokenizer import _as_id_array
 
 # Files any of which means "this checkpoint ships a tokenizer".
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
@@ -84,8 +85,11 @@ class HFTokenizer:
         return np.asarray(ids, np.int32)
 
     def decode(self, ids, stop_at_eos: bool = False) -> str:
-        """Text of 1-D `ids`, special tokens included; cut before the first EOS if asked."""
-        ids = [int(i) for i in np.asarray(ids).reshape(-1)]
+        """Text of 1-D `ids`, special tokens included; cut before the first EOS if asked.
+
+        Raises naming `ids` unless they are integers in [0, vocab_size) (the backend dropped
+        an unknown id from the text, and truncated floats)."""
+        ids = _as_id_array(ids, "ids", self.vocab_size).tolist()
         if stop_at_eos and self.eos_id in ids:
             ids = ids[: ids.index(self.eos_id)]
         return self.backend.decode(ids, skip_special_tokens=False)
@@ -94,6 +98,13 @@ class HFTokenizer:
         """Decodes each row of [batch, n] ids, row b up to lengths[b] when given."""
         rows = [np.asarray(r) for r in ids]
         if lengths is not None:
+            counts = np.asarray(lengths)
+            if counts.shape != (len(rows),) or not np.issubdtype(counts.dtype, np.integer):
+                raise ValueError(
+                    f"lengths must be {len(rows)} integers (one a row); got {lengths!r}"
+                )
+            if (counts < 0).any():  # a negative length would slice from the end
+                raise ValueError(f"lengths must be >= 0; got {counts.tolist()}")
             rows = [r[: int(n)] for r, n in zip(rows, lengths, strict=True)]
         return [self.decode(r, stop_at_eos) for r in rows]
 

@@ -32,8 +32,14 @@ class TextStream:
         return self.tokenizer.decode(np.asarray(self.ids, np.int64), stop_at_eos=True)
 
     def push(self, ids) -> str:
-        """Adds `ids` (1-D, possibly empty) and returns the text they settled ("" if none)."""
-        self.ids.extend(int(i) for i in np.asarray(ids).reshape(-1))
+        """Adds `ids` (1-D, possibly empty) and returns the text they settled ("" if none).
+
+        Ids past the tokenizer's vocabulary (a model whose embedding has more rows than its
+        tokenizer has tokens) have no text and are left out, as `Pipeline` leaves them out of
+        its `.text` (with a warning there)."""
+        known = getattr(self.tokenizer, "vocab_size", None)
+        new = (int(i) for i in np.asarray(ids).reshape(-1))
+        self.ids.extend(i for i in new if known is None or i < known)
         text = self._text()
         settled = len(text.rstrip(REPLACEMENT))
         if settled <= self.emitted:

@@ -26,8 +26,10 @@ EOS_ID = 258
 VOCAB_SIZE = 259
 
 
-def _as_id_array(ids, name: str) -> np.ndarray:
+def _as_id_array(ids, name: str, vocab_size: int = VOCAB_SIZE) -> np.ndarray:
     """Returns `ids` as a 1-D int64 array after checking its type, rank and range."""
+    if isinstance(ids, str | bytes):  # np.asarray("72") is a 0-d string array
+        raise TypeError(f"{name} must be a sequence of token ids, got {type(ids).__name__}")
     arr = np.asarray(ids)
     if arr.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
@@ -37,8 +39,8 @@ def _as_id_array(ids, name: str) -> np.ndarray:
         raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
     arr = arr.astype(np.int64)
     lo, hi = int(arr.min()), int(arr.max())
-    if lo < 0 or hi >= VOCAB_SIZE:
-        raise ValueError(f"{name} must lie in [0, {VOCAB_SIZE}), got values in [{lo}, {hi}]")
+    if lo < 0 or hi >= vocab_size:
+        raise ValueError(f"{name} must lie in [0, {vocab_size}), got values in [{lo}, {hi}]")
     return arr
 
 
