@@ -343,6 +343,7 @@ def test_logical_axes_on_every_param_and_param_count(cfg):
         (dict(positions="rope", num_heads=1, embed_dim=7), "even head_dim"),
         (dict(num_heads=2.0), "num_heads"),
         (dict(max_len=0), "max_len must be an integer >= 1"),
+        (dict(head_dim=0), "head_dim must be an integer >= 1"),
         (dict(norm_eps=float("nan")), "norm_eps must be finite and > 0"),
         (dict(positions="rope", rope_theta=0.0), "rope_theta must be finite and > 0"),
     ],

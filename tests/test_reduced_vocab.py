@@ -22,7 +22,7 @@ import pytest
 
 from specjax import testing
 from specjax.decoding import SpeculativeDecoder, TokenTree, TreeSpeculativeDecoder, make_warper
-from specjax.models import NgramLM, ReducedVocabLM, reduce_vocab
+from specjax.models import EagleHead, NgramLM, ReducedVocabLM, reduce_vocab
 from specjax.models.distilled_draft import DistilledDraft
 from specjax.testing import tiny_llama
 
@@ -94,6 +94,18 @@ def test_bad_ids_are_named(ids, match):
     model, params = tiny_llama(23)
     with pytest.raises(ValueError, match=f"draft_ids must be.*{match}"):
         reduce_vocab(model, params, ids)
+
+
+def test_ids_that_are_not_integers_are_refused():
+    # int() made 1.5 token 1, "3" token 3 and True token 1: a silently different vocabulary.
+    model, params = tiny_llama(23)
+    for ids in ((1.5, 3), ("1", "3"), (True, 3)):
+        with pytest.raises(TypeError, match="draft_ids must hold integer token ids"):
+            reduce_vocab(model, params, ids)
+    with pytest.raises(TypeError, match="draft_ids must be a sequence of token ids"):
+        reduce_vocab(model, params, "13")
+    with pytest.raises(TypeError, match="feature_layers must hold block numbers"):
+        EagleHead(model, feature_layers=(0.5,))
 
 
 def test_a_model_without_an_output_layer_is_refused():

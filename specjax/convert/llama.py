@@ -90,17 +90,23 @@ def llama_config(hf: dict, dtype: str = "float32") -> TransformerConfig:
         raise ValueError(f"config.json has hidden_act={act!r}; specjax's SwiGLU uses silu")
     _warn_sliding_window(hf)
     theta, scaling = _rope(hf)
+    for key in ("vocab_size", "num_hidden_layers", "num_attention_heads", "hidden_size"):
+        if key not in hf:
+            raise ValueError(f"config.json lacks {key!r}")
     heads = hf["num_attention_heads"]
+    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
+        raise ValueError(f"config.json has num_attention_heads={heads!r}; it must be >= 1")
+    kv_heads, head_dim = hf.get("num_key_value_heads"), hf.get("head_dim")  # None: derived
     attn_bias = bool(hf.get("attention_bias", False))
     mlp_bias = bool(hf.get("mlp_bias", False))
     return TransformerConfig.llama(
         vocab_size=hf["vocab_size"],
         num_layers=hf["num_hidden_layers"],
         num_heads=heads,
-        num_kv_heads=hf.get("num_key_value_heads") or heads,
+        num_kv_heads=heads if kv_heads is None else kv_heads,  # 0 is refused, not derived
         embed_dim=hf["hidden_size"],
         mlp_dim=hf["intermediate_size"],
-        head_dim=hf.get("head_dim") or hf["hidden_size"] // heads,
+        head_dim=hf["hidden_size"] // heads if head_dim is None else head_dim,
         max_len=hf["max_position_embeddings"],
         norm_eps=hf.get("rms_norm_eps", 1e-6),
         rope_theta=theta,

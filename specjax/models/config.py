@@ -132,6 +132,15 @@ class TransformerConfig:
                 )
             derived.append("head_dim")
             object.__setattr__(self, "head_dim", self.embed_dim // self.num_heads)
+        if (
+            isinstance(self.head_dim, bool)
+            or not isinstance(self.head_dim, int)
+            or self.head_dim < 1
+        ):
+            raise ValueError(
+                "TransformerConfig.head_dim must be an integer >= 1 (or None), "
+                f"got {self.head_dim!r}"
+            )
         object.__setattr__(self, "_derived", tuple(derived))
         for name, allowed in (
             ("norm", NORMS),
