@@ -87,6 +87,6 @@ def reduce_vocab(model, params, draft_ids) -> tuple[ReducedVocabLM, dict]:
       params: its params.
       draft_ids: sorted distinct token ids in [0, vocab) (e.g. `frequent_tokens(data, N)`).
     """
-    reduced = ReducedVocabLM(model, tuple(int(i) for i in draft_ids))
+    reduced = ReducedVocabLM(model, draft_ids)  # checked and made a tuple there
     columns = target_columns(model, params, reduced.draft_ids)  # [embed, N]
     return reduced, {"model": params, "columns": columns}
