@@ -431,6 +431,8 @@ def test_bad_decoder_construction_raises():
         SpeculativeDecoder(TARGET, LookupTreeDrafter(V, tree), 2, SAMPLING)
     with pytest.raises(ValueError, match="vocab mismatch"):
         SpeculativeDecoder(TARGET, NgramLM(V + 1), 2, SAMPLING)
+    with pytest.raises(ValueError, match='verify_widths must be "auto", "static" or a tuple'):
+        SpeculativeDecoder(TARGET, SMALL_DRAFT, 2, SAMPLING, verify_widths=np.array([1, 2]))
     with pytest.raises(TypeError, match="warper"):
         SpeculativeDecoder(TARGET, SMALL_DRAFT, 2, lambda x: x)
     with pytest.raises(TypeError, match="warper"):

@@ -232,6 +232,8 @@ def test_every_drafter_with_a_warper_refuses_one_that_is_not_a_warper():
         lambda w: MedusaDrafter(heads, w),
         lambda w: MedusaTreeDrafter(heads, w, tree),
     ]
+    with pytest.raises(TypeError, match="policy must be a GammaPolicy"):  # built, then failed
+        AdaptiveDrafter(draft, SAMPLING, None, 2)
     for build in builds:
         build(SAMPLING)  # a Warper is accepted
         for bad in (None, 0.7, "greedy"):

@@ -150,9 +150,10 @@ class SpeculativeDecoder(SpeculativeSteps):
     @property
     def widths(self) -> tuple[int, ...]:
         """The verification widths `verify_widths` resolves to (sorted, ending at gamma)."""
-        if self.verify_widths == "static":
+        named = isinstance(self.verify_widths, str)  # `==` on an array would be elementwise
+        if named and self.verify_widths == "static":
             return (self.gamma,)
-        if self.verify_widths == "auto":
+        if named and self.verify_widths == "auto":
             varies = self.gamma_policy is not None or getattr(self.draft, "variable_length", False)
             return tuple(range(1, self.gamma + 1)) if varies else (self.gamma,)
         if isinstance(self.verify_widths, str) or not isinstance(self.verify_widths, tuple):

@@ -71,12 +71,13 @@ def token_confidence(warper: Warper, logits: jax.Array, q: jax.Array, token: jax
     return jnp.take_along_axis(probs, token[:, None], axis=1)[:, 0]
 
 
-def check_policy(policy, gamma_max: int) -> None:
-    """Raises (naming the argument) unless `policy` is a GammaPolicy usable up to gamma_max."""
+def check_policy(policy, gamma_max: int, name: str = "gamma_policy") -> None:
+    """Raises (naming the argument `name`) unless `policy` is a GammaPolicy usable up to
+    gamma_max."""
     check_gamma_max(gamma_max)
-    for name in ("init", "budget", "keep_drafting", "update"):
-        if not callable(getattr(policy, name, None)):
-            raise TypeError(f"gamma_policy must be a GammaPolicy (no `{name}`): {policy!r}")
+    for method in ("init", "budget", "keep_drafting", "update"):
+        if not callable(getattr(policy, method, None)):
+            raise TypeError(f"{name} must be a GammaPolicy (no `{method}`): {policy!r}")
     with jax.ensure_compile_time_eval():
         policy.budget(policy.init(1, gamma_max), gamma_max)  # e.g. a gamma above gamma_max
 
@@ -103,7 +104,7 @@ class AdaptiveDrafter:
 
     def __post_init__(self):
         check_warper(self.warper)
-        check_gamma_max(self.gamma_max)
+        check_policy(self.policy, self.gamma_max, "policy")  # None failed inside generate
         check_flag(self.unroll, "unroll", none=True)
 
     @property
