@@ -57,6 +57,7 @@ def _config(**fields) -> ml_collections.ConfigDict:
         (dict(gammas=(True,)), r"config\.gammas\[0\] = True"),
         (dict(gammas=(2.0,)), r"config\.gammas\[0\] = 2\.0"),
         (dict(outer_gammas=(-1,)), r"config\.outer_gammas\[0\] = -1"),
+        (dict(drafts=()), r"config\.drafts = \(\): must name at least one"),
         (dict(temperatures=(0.0, -1.0)), r"config\.temperatures\[1\] = -1\.0"),
         (dict(temperatures=(math.nan,)), r"config\.temperatures\[0\] = nan"),
         (dict(temperatures=()), r"config\.temperatures = \(\)"),

@@ -29,6 +29,8 @@ POSITIVE_INTS = frozenset(
 )
 # Non-empty sequences of γ values (each an integer >= 1).
 GAMMA_LISTS = frozenset({"gammas", "outer_gammas", "inner_gammas"})
+# Non-empty sequences of names: with none, a mode skipped its tables and still exited 0.
+NAME_LISTS = frozenset({"drafts"})
 
 
 def _is_int(value) -> bool:
@@ -52,6 +54,9 @@ def _check_field(name: str, key: str, value) -> None:
         for i, g in enumerate(value):
             if not _is_int(g) or g < 1:
                 raise ValueError(f"{name}[{i}] = {g!r}: every γ must be an integer >= 1")
+    elif key in NAME_LISTS:
+        if not isinstance(value, (tuple, list)) or not value:
+            raise ValueError(f"{name} = {value!r}: must name at least one")
     elif key == "temperatures":
         if not isinstance(value, (tuple, list)) or not value:
             raise ValueError(f"{name} = {value!r}: must be a non-empty sequence of temperatures")
