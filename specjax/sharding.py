@@ -56,7 +56,13 @@ def resolve_mesh_shape(shape: Sequence[int], num_devices: int) -> tuple[int, ...
     Returns:
       The concrete shape (a tuple of ints whose product is num_devices).
     """
-    shape = tuple(int(s) for s in shape)
+    try:
+        entries = tuple(shape)
+    except TypeError:
+        raise TypeError(f"mesh shape must be a sequence of axis sizes, got {shape!r}") from None
+    if any(isinstance(s, bool) or not isinstance(s, int | np.integer) for s in entries):
+        raise TypeError(f"mesh shape entries must be integers, got {entries}")  # 1.9 was 1
+    shape = tuple(int(s) for s in entries)
     if any(s == 0 or s < -1 for s in shape):
         raise ValueError(f"mesh shape entries must be >= 1 or -1, got {shape}")
     if shape.count(-1) > 1:
@@ -87,8 +93,12 @@ def make_mesh(shape: Sequence[int], axes: Sequence[str] = DEFAULT_AXES, devices=
     Returns:
       A `jax.sharding.Mesh`.
     """
+    try:
+        shape = tuple(shape)  # make_mesh(4) failed unpacking an int
+    except TypeError:
+        raise TypeError(f"mesh shape must be a sequence of axis sizes, got {shape!r}") from None
     axes = tuple(axes)
-    if len(axes) != len(tuple(shape)):
+    if len(axes) != len(shape):
         raise ValueError(f"mesh axes {axes} and shape {tuple(shape)} differ in length")
     if len(set(axes)) != len(axes):
         raise ValueError(f"mesh axis names must be distinct, got {axes}")

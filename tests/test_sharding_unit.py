@@ -55,6 +55,15 @@ def test_resolve_mesh_shape_rejects_bad_shapes(shape, devices, message):
         sh.resolve_mesh_shape(shape, devices)
 
 
+def test_mesh_shapes_that_are_not_integers_are_refused():
+    # int() read 1.9 as 1 (a 1x4 mesh for (1.9, 4)); make_mesh(4) failed unpacking an int.
+    for shape in ((1.9, 4), (True, 4), ("2", 4)):
+        with pytest.raises(TypeError, match="mesh shape entries must be integers"):
+            sh.resolve_mesh_shape(shape, 4)
+    with pytest.raises(TypeError, match="mesh shape must be a sequence of axis sizes"):
+        sh.make_mesh(4)
+
+
 def test_make_mesh_on_one_device_has_auto_axes():
     mesh = sh.make_mesh((-1, 1))
     assert dict(mesh.shape) == {"data": 1, "model": 1}
