@@ -37,6 +37,7 @@ from specjax.decoding import (
 from specjax.models.interface import (
     check_params,
     check_vocab,
+    position_limit,
     trained_context,
     warn_beyond_trained_context,
 )
@@ -140,6 +141,12 @@ class Pipeline:
                     f"has vocab_size={target.vocab_size}; pass the model's own tokenizer"
                 )
             tokenizer = ByteTokenizer()
+        missing = [m for m in ("encode", "decode") if not callable(getattr(tokenizer, m, None))]
+        if missing:
+            raise TypeError(
+                f"tokenizer must have encode and decode (a ByteTokenizer, an HFTokenizer); "
+                f"{type(tokenizer).__name__} lacks {missing}"
+            )
         if getattr(tokenizer, "vocab_size", 0) > target.vocab_size:
             raise ValueError(
                 f"the tokenizer has {tokenizer.vocab_size} ids but the target only "
@@ -157,6 +164,13 @@ class Pipeline:
         check_params(models, params, ("target_params", "draft_params")[: len(models)])
         self.cache_len = _default_cache_len(*models) if cache_len is None else cache_len
         _check_int(self.cache_len, "cache_len", 2)
+        for role, model in zip(("target", "draft"), models, strict=False):
+            limit = position_limit(model)  # a learned position table: found now, not at generate
+            if limit is not None and self.cache_len > limit:
+                raise ValueError(
+                    f"cache_len={self.cache_len} exceeds the {role}'s learned position table "
+                    f"({limit} positions); pass cache_len <= {limit} or leave it None"
+                )
         warn_beyond_trained_context(self.cache_len, target=target, draft=draft)
         if add_bos is None:
             add_bos = getattr(tokenizer, "add_bos", None)

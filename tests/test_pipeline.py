@@ -138,6 +138,11 @@ def test_bad_input_is_named(pipe, tmp_path):
         specjax.Pipeline(TARGET, TARGET_PARAMS, other, {})
     with pytest.raises(ValueError, match="tokenizer=None means the byte tokenizer"):
         specjax.Pipeline(other, {})
+    # Found at construction now, not at the first generate (or after it, for the tokenizer).
+    with pytest.raises(TypeError, match=r"tokenizer must have encode and decode.*lacks"):
+        specjax.Pipeline(TARGET, TARGET_PARAMS, tokenizer=object())
+    with pytest.raises(ValueError, match=r"cache_len=1000 exceeds the target's learned position"):
+        specjax.Pipeline(TARGET, TARGET_PARAMS, cache_len=1000)
     with pytest.raises(ValueError, match="baseline=True .* give a draft"):
         specjax.Pipeline(TARGET, TARGET_PARAMS).generate("a", baseline=True)
     with pytest.raises(FileNotFoundError, match="draft=.*does not exist"):

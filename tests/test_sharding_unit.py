@@ -189,3 +189,13 @@ def test_sharded_decoder_checks_its_arguments():
     sharded = ShardedDecoder(decoder, mesh)
     with pytest.raises(ValueError, match=r"params for 1 model\(s\), got 2"):
         sharded.generate({}, {}, prompts=[[1, 2]], key=jax.random.PRNGKey(0), max_new_tokens=2)
+
+
+def test_a_sharded_decoder_needs_a_mesh():
+    from specjax.decoding import AutoregressiveDecoder, ShardedDecoder, make_warper
+    from specjax.testing import tiny_llama
+
+    decoder = AutoregressiveDecoder(tiny_llama(5, 0)[0], make_warper(0.0), cache_len=16)
+    for mesh in (None, (2, 2)):  # an AttributeError before
+        with pytest.raises(TypeError, match="mesh must be a jax.sharding.Mesh"):
+            ShardedDecoder(decoder, mesh)

@@ -68,6 +68,10 @@ class ShardedDecoder:
                 f"decoder must be a decoder of the loop driver (decoding/loop.py); "
                 f"{type(self.decoder).__name__} lacks {missing}"
             )
+        if not isinstance(self.mesh, Mesh):  # None failed with an AttributeError
+            raise TypeError(
+                f"mesh must be a jax.sharding.Mesh (specjax.sharding.make_mesh); got {self.mesh!r}"
+            )
         object.__setattr__(self, "rules", tuple(tuple(r) for r in self.rules))
         sh.check_rules(self.mesh, self.rules)
         for i, model in enumerate(self.decoder.models):
