@@ -59,6 +59,9 @@ def test_decoder_takes_a_dynamic_tree_only_from_a_head():
         TreeSpeculativeDecoder(target, target, TREE, T1, cache_len=32)
     with pytest.raises(ValueError, match="children='sample'"):
         TreeSpeculativeDecoder(target, EagleHead(target), TREE, T1, children="sample")
+    wide = DynamicTree(depth=2, top_k=6, num_nodes=8)  # vocab 5: a raw top_k error before
+    with pytest.raises(ValueError, match=r"tree.top_k=6 exceeds the vocabulary \(5 tokens\)"):
+        TreeSpeculativeDecoder(target, EagleHead(target), wide, T1, replacement=False)
 
 
 @pytest.mark.runtime_bound  # tests/conftest.py: 21 s at level 1 vs 25 s at level 0 (t0.8)

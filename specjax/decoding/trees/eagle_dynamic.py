@@ -46,6 +46,10 @@ class EagleDynamicTreeDrafter(EagleDrafter):
         super().__post_init__()
         if not isinstance(self.tree, DynamicTree):
             raise TypeError(f"tree must be a DynamicTree; got {self.tree!r}")
+        if self.tree.top_k > self.vocab_size:  # a raw lax.top_k error at generate before
+            raise ValueError(
+                f"tree.top_k={self.tree.top_k} exceeds the vocabulary ({self.vocab_size} tokens)"
+            )
 
     deterministic = True  # children are the head's top-k: point masses
     # A negative control's switch (tests/test_dynamic_tree.py plants it): report each
