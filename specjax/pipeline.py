@@ -485,8 +485,16 @@ def _check_conversations(messages) -> tuple[list, bool]:
     """(conversations, whether one was given): `messages` is one conversation (a list of
     dicts) or a list of conversations; errors name `messages`."""
     if isinstance(messages, (list, tuple)) and messages:
-        if all(isinstance(c, (list, tuple)) for c in messages):
+        nested = [isinstance(c, (list, tuple)) for c in messages]
+        if all(nested):
             return list(messages), False
+        if any(nested):  # one conversation's dicts mixed with whole conversations
+            first = nested.index(not nested[0])
+            raise TypeError(
+                f"messages mixes conversations (lists) with message dicts: messages[0] is a "
+                f"{type(messages[0]).__name__}, messages[{first}] a "
+                f"{type(messages[first]).__name__}; pass one conversation or a list of them"
+            )
         return [messages], True
     if isinstance(messages, (list, tuple)):
         raise ValueError("messages is empty: pass a conversation (a list of message dicts)")

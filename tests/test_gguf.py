@@ -402,6 +402,12 @@ def test_decoders_warn_beyond_the_trained_context(tmp_path):
         ([], ValueError, "messages is empty"),
         ("hi", TypeError, "messages must be a list"),
         ([[{"role": "user", "content": "a"}], [{"role": "x"}]], ValueError, r"messages\[1\]\[0\]"),
+        # A conversation beside a bare dict: messages[0] was blamed for the dict at [1].
+        (
+            [[{"role": "user", "content": "a"}], {"role": "user", "content": "b"}],
+            TypeError,
+            r"mixes conversations .* messages\[1\] a dict",
+        ),
     ],
 )
 def test_chat_refuses_malformed_messages(tmp_path, messages, error, message):
