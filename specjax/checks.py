@@ -24,10 +24,22 @@ def check_rank(name: str, x, rank: int, layout: str) -> None:
         raise ValueError(f"{name} must have shape {layout} (rank {rank}); got shape {shape}")
 
 
+def is_integer(x) -> bool:
+    """A Python or NumPy integer, not a bool (which `int()` would read as 0 or 1)."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def is_real(x) -> bool:
+    """A Python or NumPy real number, not a bool."""
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(
+        x, (bool, np.bool_)
+    )
+
+
 def check_count(name: str, value, low: int = 1, high: int | None = None) -> None:
     """Refuses a count that is not a Python or NumPy integer in [low, high], naming it (a bool,
     float or string would pass a comparison, or fail later deep in a trace, without a name)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+    if not is_integer(value):
         raise TypeError(f"{name} must be an integer; got {value!r}")
     if value < low or (high is not None and value > high):
         bound = f">= {low}" if high is None else f"in [{low}, {high}]"
@@ -54,7 +66,7 @@ def check_key(key, name: str = "key") -> None:
 def check_fill_value(value, name: str = "fill_value") -> None:
     """A rule's filler token: a Python or NumPy integer (a float would be truncated into a token
     id that cannot be told apart from emitted ones)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+    if not is_integer(value):
         raise TypeError(f"{name} must be an integer (e.g. -1); got {value!r}")
 
 

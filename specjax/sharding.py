@@ -25,6 +25,7 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
+from specjax import checks
 from specjax.models.interface import state_logical_axes
 from specjax.models.kv_cache import CACHE_AXES  # noqa: F401  (its old home; now beside the cache)
 
@@ -60,7 +61,7 @@ def resolve_mesh_shape(shape: Sequence[int], num_devices: int) -> tuple[int, ...
         entries = tuple(shape)
     except TypeError:
         raise TypeError(f"mesh shape must be a sequence of axis sizes, got {shape!r}") from None
-    if any(isinstance(s, bool) or not isinstance(s, int | np.integer) for s in entries):
+    if not all(checks.is_integer(s) for s in entries):
         raise TypeError(f"mesh shape entries must be integers, got {entries}")  # 1.9 was 1
     shape = tuple(int(s) for s in entries)
     if any(s == 0 or s < -1 for s in shape):

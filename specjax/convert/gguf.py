@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
+from specjax import checks
 from specjax.convert.gguf_file import GGUFFile
 from specjax.convert.gguf_tokenizer import tokenizer_from_gguf
 from specjax.convert.hf import host_params_from_hf, params_from_hf
@@ -127,7 +128,7 @@ def _require(meta: dict, key: str, path: str):
 def _count(meta: dict, key: str, path: str, default: int | None = None) -> int:
     """A metadata field that counts something: an integer >= 1 (`default` where absent)."""
     value = _require(meta, key, path) if default is None or key in meta else default
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+    if not checks.is_integer(value) or value < 1:
         raise ValueError(
             f"{path}: GGUF metadata field {key!r} must be an integer >= 1, got {value!r}"
         )
@@ -137,7 +138,7 @@ def _count(meta: dict, key: str, path: str, default: int | None = None) -> int:
 def _positive(meta: dict, key: str, path: str, default: float | None = None) -> float:
     """A metadata field that is a finite number > 0 (`default` where absent)."""
     value = _require(meta, key, path) if default is None or key in meta else default
-    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+    if not checks.is_real(value):
         raise ValueError(f"{path}: GGUF metadata field {key!r} must be a number, got {value!r}")
     if not (math.isfinite(float(value)) and float(value) > 0):
         raise ValueError(

@@ -13,6 +13,7 @@ import warnings
 
 import numpy as np
 
+from specjax import checks
 from specjax.convert.common import TensorSource, head_params
 from specjax.models.config import RopeScaling, TransformerConfig
 
@@ -94,7 +95,7 @@ def llama_config(hf: dict, dtype: str = "float32") -> TransformerConfig:
         if key not in hf:
             raise ValueError(f"config.json lacks {key!r}")
     heads = hf["num_attention_heads"]
-    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
+    if not checks.is_integer(heads) or heads < 1:
         raise ValueError(f"config.json has num_attention_heads={heads!r}; it must be >= 1")
     kv_heads, head_dim = hf.get("num_key_value_heads"), hf.get("head_dim")  # None: derived
     attn_bias = bool(hf.get("attention_bias", False))

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax import checks
 from specjax.decoding.argmax import first_argmax
 from specjax.decoding.categorical import sample_from_probs  # re-exported: the shared sampler
 
@@ -32,11 +33,8 @@ _NEG_INF = -jnp.inf
 MIN_TEMPERATURE = 1e-4
 
 
-def _is_real(x) -> bool:
-    """A real Python or NumPy scalar, not a bool."""
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(
-        x, (bool, np.bool_)
-    )
+_is_real = checks.is_real  # a Python or NumPy real, not a bool
+_is_int = checks.is_integer
 
 
 def _unwrap(x):
@@ -44,10 +42,6 @@ def _unwrap(x):
     if isinstance(x, np.ndarray | jax.Array) and x.ndim == 0 and not isinstance(x, jax.core.Tracer):
         return np.asarray(x)[()]
     return x
-
-
-def _is_int(x) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 def _masked(logits: jax.Array, keep: jax.Array) -> jax.Array:

@@ -10,12 +10,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax import checks
+
 
 def check_draft_ids(ids, vocab_size: int) -> tuple:
     """`ids` as a tuple of ints; ValueError unless sorted, distinct and in [0, vocab_size)."""
     if isinstance(ids, str | bytes):
         raise TypeError(f"draft_ids must be a sequence of token ids, got {ids!r}")
-    bad = [i for i in ids if isinstance(i, bool | np.bool_) or not isinstance(i, int | np.integer)]
+    bad = [i for i in ids if not checks.is_integer(i)]
     if bad:  # int(1.5), int("1") and int(True) would each become a token id
         raise TypeError(f"draft_ids must hold integer token ids; got {bad[0]!r}")
     ids = tuple(int(i) for i in ids)

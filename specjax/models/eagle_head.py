@@ -28,7 +28,6 @@ import functools
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from specjax import checks
 from specjax.models.config import TransformerConfig
@@ -122,10 +121,7 @@ class EagleHead:
         if self.draft_ids is not None:
             ids = check_draft_ids(self.draft_ids, tcfg.vocab_size)
             object.__setattr__(self, "draft_ids", ids)
-        if any(
-            isinstance(i, bool | np.bool_) or not isinstance(i, int | np.integer)
-            for i in self.feature_layers
-        ):  # 1.5 would have read block 1
+        if not all(checks.is_integer(i) for i in self.feature_layers):  # 1.5 read block 1
             raise TypeError(f"feature_layers must hold block numbers; got {self.feature_layers!r}")
         layers = tuple(int(i) for i in self.feature_layers)
         if len(set(layers)) != len(layers) or any(not 0 <= i < tcfg.num_layers for i in layers):

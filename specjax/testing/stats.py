@@ -17,6 +17,8 @@ import math
 
 import numpy as np
 
+from specjax import checks
+
 PVALUE_THRESHOLD = 1e-6
 MIN_EXPECTED = 5.0
 
@@ -24,8 +26,7 @@ MIN_EXPECTED = 5.0
 def check_threshold(threshold) -> None:
     """A check's p-value threshold must lie in (0, 1): at 0 or below nothing can fail, so a
     biased rule would be reported lossless; at 1 or above everything fails."""
-    real = isinstance(threshold, int | float) and not isinstance(threshold, bool)
-    if not (real and 0 < threshold < 1):
+    if not (checks.is_real(threshold) and 0 < threshold < 1):
         raise ValueError(f"threshold must be a p-value in (0, 1), got {threshold!r}")
 
 

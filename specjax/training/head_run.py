@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax import checkpoint as ckpt_lib
+from specjax import checks
 from specjax.training.eagle import (
     HeadBatches,
     frequent_tokens,
@@ -86,8 +87,7 @@ def train_head(head, target_params, data, workdir: str, *, log=print, stop_after
         raise ValueError("num_steps and checkpoint_every must be >= 1")
     for name in ("noise", "ce_weight"):  # -1 noise acted as +1; a NaN weight made NaN losses
         value = cfg[name]
-        real = isinstance(value, int | float) and not isinstance(value, bool)
-        if not (real and math.isfinite(value) and value >= 0):
+        if not (checks.is_real(value) and math.isfinite(value) and value >= 0):
             raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
     if eagle3:
         if cfg["ttt_steps"] < 1:
