@@ -84,6 +84,15 @@ def perturbed(params: dict, seed: int, scale: float) -> dict:
     )
 
 
+def nan_params(params):
+    """params of the same shapes and dtypes, every entry NaN (built on the host: no program)."""
+    return jax.tree.map(lambda x: jax.device_put(np.full(x.shape, np.nan, x.dtype)), params)
+
+
+# What a decoder says when the draft's numbers went NaN (state.nan_message).
+DRAFT_NAN = r"draft's logits or probabilities contained NaN .*\(check draft_params\)"
+
+
 @functools.cache
 def target_params() -> dict:
     return random_params(TARGET, seed=0)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from decoding_setup import (
     CACHE_LEN,
+    DRAFT_NAN,
     GAMMA,
     GREEDY,
     MAX_NEW,
@@ -19,6 +20,7 @@ from decoding_setup import (
     ar_decoder,
     as_lists,
     drafts,
+    nan_params,
     target_params,
 )
 
@@ -93,6 +95,19 @@ def test_draft_loop_stops_when_every_row_has_stopped(results):
     # The heuristic schedule moves every row's γ both ways.
     hist = results["heuristic"].summary()["drafted_histogram"]
     assert hist[GAMMA] > 0 and sum(hist[1:GAMMA]) > 0, hist
+
+
+@pytest.mark.parametrize("name", ["confidence", "theory"])
+def test_a_nan_draft_is_named_when_greedy(results, name):
+    """The adaptive loop keeps each draw's one-hot q; a NaN draft makes it NaN (Warper.draw),
+    so the decoder names the draft instead of verifying its garbage (the programs above)."""
+    del results  # compiled there
+    _, draft_params = drafts()["noisy_self"]
+    decoder = _decoder(POLICIES[name], True if name in UNROLLED else None)
+    with pytest.raises(ValueError, match=DRAFT_NAN):
+        decoder.generate(
+            target_params(), nan_params(draft_params), PROMPTS, jax.random.PRNGKey(0), MAX_NEW
+        )
 
 
 def test_no_recompilation_for_new_prompts_or_budget(results):

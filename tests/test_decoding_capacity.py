@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from decoding_setup import GREEDY, perturbed, random_params
+from decoding_setup import DRAFT_NAN, GREEDY, nan_params, perturbed, random_params
 
 from specjax.decoding import (
     AutoregressiveDecoder,
@@ -85,6 +85,18 @@ def test_long_prompts_decode_and_greedy_outputs_agree(results):
     assert rows["speculative"] == rows["autoregressive"]
     assert rows["tree"] == rows["autoregressive"]
     assert results["speculative"].summary()["alpha_empirical"] > 0.3  # the draft really was used
+
+
+def test_a_nan_greedy_draft_is_named(params):
+    """A greedy draft proposes point masses (no q to scan) from argmaxes and top-k's; its NaN
+    logits are still flagged and named, not verified into an α of 0 (the programs above)."""
+    tp, dp = params
+    spec = SpeculativeDecoder(TARGET, TARGET, GAMMA, GREEDY)
+    tree = TreeSpeculativeDecoder(TARGET, TARGET, TREE, GREEDY)
+    assert tree.drafter.deterministic  # top-k children
+    for decoder in (spec, tree):
+        with pytest.raises(ValueError, match=DRAFT_NAN):
+            decoder.generate(tp, nan_params(dp), PROMPTS, KEY, MAX_NEW)
 
 
 def test_long_prompt_output_equals_an_unpadded_forward(params, results):

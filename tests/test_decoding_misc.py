@@ -467,7 +467,7 @@ def test_nan_params_raise_from_check_finite_result(ar, spec):
     with pytest.raises(ValueError, match=target_nan):
         decoder.generate(poisoned, draft_params, list(PROMPTS), KEY, 3)
     # NaN in the draft alone is caught too (its q enters the acceptance rule), and named.
-    with pytest.raises(ValueError, match="draft's probabilities contained NaN") as caught:
+    with pytest.raises(ValueError, match="draft's logits or probabilities contained NaN") as caught:
         decoder.generate(params, poisoned, list(PROMPTS), KEY, 3)
     assert "check draft_params" in str(caught.value)
 
@@ -481,6 +481,6 @@ def test_nan_flags_name_each_model_and_row():
     assert nan_message(np.zeros(4, np.int32)) is None
     assert nan_message(np.asarray(flags)) == (
         "the target's logits contained NaN for batch rows [1, 3] (check target_params and the "
-        "prompts); the draft's probabilities contained NaN for batch rows [2, 3] (check "
-        "draft_params): the generated tokens of those rows are meaningless"
+        "prompts); the draft's logits or probabilities contained NaN for batch rows [2, 3] "
+        "(check draft_params): the generated tokens of those rows are meaningless"
     )

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from decoding_setup import DRAFT_NAN, nan_params
 
 from specjax import testing
 from specjax.decoding import AutoregressiveDecoder, TreeSpeculativeDecoder, make_warper
@@ -126,6 +127,9 @@ def _greedy_as_ar(dec, target, tp, hp, prompts, max_new_tokens):
     sp = dec.generate(tp, hp, prompts=prompts, key=key, max_new_tokens=max_new_tokens)
     for a, b in zip(ar.new_tokens(), sp.new_tokens(), strict=True):
         np.testing.assert_array_equal(a, b)
+    # A NaN head is named (its scores go NaN), though verification would keep the text right.
+    with pytest.raises(ValueError, match=DRAFT_NAN):
+        dec.generate(tp, nan_params(hp), prompts=prompts, key=key, max_new_tokens=max_new_tokens)
     return sp
 
 

@@ -8,7 +8,8 @@
   Bonferroni bound, k x 1e-6 with k = 2 prompts x (4 + 1) + 2 = 12 checks, about 1.2e-5.
 * The features the drafter holds after some steps equal the target's hidden states recomputed
   from scratch on the committed sequence, row for row (the seam passes the right ones).
-* Greedy: token-for-token equal to the autoregressive decoder on ragged prompts.
+* Greedy: token-for-token equal to the autoregressive decoder on ragged prompts; a NaN head
+  is named (chain and top-k tree).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from decoding_setup import DRAFT_NAN, nan_params
 
 from specjax import testing
 from specjax.decoding import (
@@ -163,6 +165,9 @@ def _assert_greedy_equals_ar(dec, tp, hp, target, max_new_tokens):
     sp = dec.generate(tp, hp, prompts=prompts, key=key, max_new_tokens=max_new_tokens)
     for a, b in zip(ar.new_tokens(), sp.new_tokens(), strict=True):
         np.testing.assert_array_equal(a, b)
+    # A NaN head is named, though greedy verification would still give the target's tokens.
+    with pytest.raises(ValueError, match=DRAFT_NAN):
+        dec.generate(tp, nan_params(hp), prompts=prompts, key=key, max_new_tokens=max_new_tokens)
 
 
 @pytest.mark.parametrize("unroll", [None, True], ids=["default", "unrolled"])

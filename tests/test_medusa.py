@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from decoding_setup import DRAFT_NAN, nan_params
 
 from specjax import testing
 from specjax.decoding import (
@@ -109,6 +110,10 @@ def test_medusa_greedy_equals_autoregressive_and_errors():
     sp = tree.generate(tp, hp, prompts=prompts, key=key, max_new_tokens=20)
     for a, b in zip(ar.new_tokens(), sp.new_tokens(), strict=True):
         np.testing.assert_array_equal(a, b)
+    # NaN heads are named (chain: NaN in the one-hot q; tree: top-k, no q), not just rejected.
+    for decoder in (SpeculativeDecoder(target, heads, 4, T0, cache_len=32), tree):
+        with pytest.raises(ValueError, match=DRAFT_NAN):
+            decoder.generate(tp, nan_params(hp), prompts=prompts, key=key, max_new_tokens=20)
     with pytest.raises(ValueError, match="num_heads must be an integer >= 1"):
         MedusaHeads(target, 0)
 

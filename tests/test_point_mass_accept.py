@@ -140,9 +140,12 @@ def test_greedy_tokens_is_what_sampling_the_one_hot_returns():
         want = sample_from_probs(jax.random.key(1), warper.probs(logits))
         np.testing.assert_array_equal(warper.greedy_tokens(logits), want)
         np.testing.assert_array_equal(warper.sample(jax.random.key(2), logits), want)
-        # draw's law is Greedy's one-hot, all zero where the row has no mass
+        # draw's law is Greedy's one-hot, all zero where the row has no mass (row 0), and NaN
+        # across a row whose logits hold NaN (rows 2 and 3), so a NaN draft shows in q.
+        q = np.asarray(warper.draw(jax.random.key(3), logits)[1])
+        assert np.isnan(q[2:4]).all() and not np.isnan(np.delete(q, [2, 3], axis=0)).any()
         np.testing.assert_array_equal(
-            warper.draw(jax.random.key(3), logits)[1], warper.probs(logits)
+            np.delete(q, [2, 3], axis=0), np.delete(warper.probs(logits), [2, 3], axis=0)
         )
     assert make_warper(0.0).greedy_tokens(logits)[:4].tolist() == [0, 7, 0, 0]
 

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax import checks
-from specjax.decoding.argmax import first_argmax
+from specjax.decoding.argmax import first_argmax, has_nan
 from specjax.decoding.categorical import sample_from_probs  # re-exported: the shared sampler
 
 _NEG_INF = -jnp.inf
@@ -219,10 +219,15 @@ class Warper:
 
         A greedy warper returns the argmax without drawing from the one-hot (`greedy_tokens`:
         the same token), so a caller that does not use the probabilities pays only the argmax.
+        Its probabilities are NaN across a row whose logits hold NaN (softmax's answer when
+        sampling), so a NaN draft is seen in q whatever the temperature.
         """
         if self.ends_greedy:  # one argmax for both: Greedy's one-hot, zero where no mass
             token = self.greedy_tokens(logits, no_mass=-1)
             probs = jax.nn.one_hot(token, logits.shape[-1], dtype=jnp.float32)
+            # A row whose logits hold NaN has no law: NaN across it, as softmax gives when
+            # sampling, so the decoders' NaN scan of q flags it (has_nan: the argmax's max).
+            probs = jnp.where(has_nan(logits)[..., None], jnp.nan, probs)
             return jnp.maximum(token, 0), probs
         probs = self.probs(logits)
         return sample_from_probs(key, probs), probs

@@ -56,7 +56,7 @@ class DecodeStats:
       accepted_at: int32 [gamma] for each draft position i, how many (row, iteration) pairs
         accepted the i-th drafted token (empty for autoregressive decoding).
       nan_rows: int32 [batch] which model gave a row NaN, as bits: NAN_TARGET (its logits),
-        NAN_DRAFT (the draft's probabilities); nonzero rows are rejected on the host.
+        NAN_DRAFT (the draft's logits or probabilities); nonzero rows are rejected on the host.
       tested_at: int32 [gamma] for each draft position i, how many (row, iteration) pairs
         tested the i-th drafted token (a row tests its drafts until its first rejection or its
         last drafted token): the denominators of acceptance by position and of α. For a token
@@ -200,7 +200,7 @@ def nan_message(nan_rows) -> str | None:
     parts = []
     for bit, what, fix in (
         (NAN_TARGET, "the target's logits", "target_params and the prompts"),
-        (NAN_DRAFT, "the draft's probabilities", "draft_params"),
+        (NAN_DRAFT, "the draft's logits or probabilities", "draft_params"),
     ):
         rows = np.flatnonzero(nan_rows & bit).tolist()
         if rows:

@@ -145,7 +145,11 @@ class SpeculativeSteps:
         """The iteration's counters: calls, tokens, acceptance by position (depth), NaN rows."""
         accepted, tested, rank = self.acceptance_events(proposal, n, path, active)
         nan = has_nan(logits).any(axis=1)  # [batch]; the row max a greedy verify takes anyway
-        nan_q = None if proposal.probs is None else active & has_nan(proposal.probs).any(axis=1)
+        nan_q = proposal.draft_nan  # [batch] or None
+        if proposal.probs is not None:  # q itself, where the drafter kept it
+            in_q = has_nan(proposal.probs).any(axis=1)
+            nan_q = in_q if nan_q is None else nan_q | in_q
+        nan_q = None if nan_q is None else active & nan_q
         calls = proposal.calls if proposal.num_calls is None else proposal.num_calls
         stats = stats.replace(
             target_calls=stats.target_calls + 1,

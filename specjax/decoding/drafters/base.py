@@ -100,6 +100,9 @@ class Proposal:
         stops early), overriding `calls`; None: `calls`.
       parents: int32 [batch, N] a dynamic tree's per-row topology (node 0 the root, parent -1;
         a `TracedTree`'s parents), or None: the decoder's static tree.
+      draft_nan: bool [batch] rows whose draft logits held NaN, set by a model drafter whose
+        probs do not show it (None: greedy chains and top-k trees), or None: read probs. The
+        decoders flag such rows (`DecodeStats.nan_rows`) and refuse them on the host.
     """
 
     tokens: jax.Array
@@ -110,6 +113,7 @@ class Proposal:
     valid: jax.Array | None = None
     num_calls: jax.Array | None = None
     parents: jax.Array | None = None
+    draft_nan: jax.Array | None = None
 
 
 @struct.dataclass

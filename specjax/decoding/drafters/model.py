@@ -11,6 +11,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from specjax.decoding.argmax import has_nan
 from specjax.decoding.arguments import check_flag
 from specjax.decoding.drafters.base import Proposal, Verdict
 from specjax.decoding.prefill import prefill
@@ -96,24 +97,27 @@ class ModelDrafter:
     def propose(self, params, state, seq: Sequences, key, gamma: int) -> Proposal:
         """Feeds the pending tokens, then samples gamma tokens (key i for the i-th draw)."""
         active = (~seq.done).astype(jnp.int32)  # [batch]
-        state, x0, q0, _ = self.first_draft(params, state, seq, key)
+        state, x0, q0, logits0 = self.first_draft(params, state, seq, key)
 
         def one_step(carry, i):
-            state, token = carry
+            state, token, nan = carry
             logits, state = self.model.apply(params, state, token[:, None], active)
             nxt, q = self.warper.draw(jax.random.fold_in(key, i), logits[:, 0])  # [b], [b, vocab]
-            return (state, nxt), (nxt, q)
+            return (state, nxt, nan | has_nan(logits[:, 0])), (nxt, q)
 
-        (state, _), (xs, qs) = jax.lax.scan(
-            one_step, (state, x0), jnp.arange(1, gamma), unroll=default_unroll(self.unroll, state)
+        (state, _, nan), (xs, qs) = jax.lax.scan(
+            one_step,
+            (state, x0, has_nan(logits0)),
+            jnp.arange(1, gamma),
+            unroll=default_unroll(self.unroll, state),
         )  # xs [gamma - 1, batch], qs [gamma - 1, batch, vocab]
         tokens = jnp.concatenate([x0[:, None], xs.T], axis=1)  # [batch, gamma]
         probs = jnp.concatenate([q0[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)
         if self.warper.ends_greedy:
             # q is the point mass on each drafted token: say so (probs None), and XLA drops the
-            # one-hot rows (a rule builds them if it needs them; the NaN scan skips them, as a
-            # one-hot never holds NaN).
-            probs = None
+            # one-hot rows (a rule builds them if it needs them). NaN logits are flagged from
+            # the logits' max instead (`draft_nan`), the one the argmax takes.
+            return Proposal(tokens, None, None, state, calls=gamma, draft_nan=nan)
         return Proposal(tokens, probs, None, state, calls=gamma)
 
     def commit(self, state, verdict: Verdict):

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.decoding.argmax import has_nan
 from specjax.decoding.arguments import check_flag
 from specjax.decoding.drafters.base import Proposal, Verdict
 from specjax.decoding.prefill import prefill
@@ -111,14 +112,17 @@ class TreeDrafter:
         return prefill(self.model, params, state, prompts, prompt_lengths)
 
     def _draw(self, key, logits, num):
-        """Children of every node of a level: tokens [batch, n, num], q [batch, n, vocab]."""
+        """Children of every node of a level: tokens [batch, n, num], q [batch, n, vocab] or
+        None when deterministic, and then bool [batch] which rows' logits held NaN (q shows it
+        otherwise: None)."""
         if self.deterministic:
-            return jax.lax.top_k(logits, num)[1].astype(jnp.int32), None
+            top = jax.lax.top_k(logits, num)[1].astype(jnp.int32)
+            return top, None, has_nan(logits).any(axis=1)
         if num == 1:  # one child: a plain draw (the same key use as ModelDrafter's)
             token, q = self.warper.draw(key, logits)
-            return token[..., None], q
+            return token[..., None], q, None
         q = self.warper.probs(logits)
-        return draw_children(key, q, num, replacement=self.replacement), q
+        return draw_children(key, q, num, replacement=self.replacement), q, None
 
     def propose(self, params, state, seq: Sequences, key, gamma: int) -> Proposal:
         """Drafts nodes 1..N-1: tokens [batch, N - 1], probs [batch, N - 1, vocab] or None."""
@@ -142,11 +146,14 @@ class TreeDrafter:
         batch = seq.lengths.shape[0]
         tokens = [jnp.zeros((batch, 1), jnp.int32)]  # per level, the root first
         probs = [jnp.zeros((batch, 1, self.vocab_size), jnp.float32)]
+        nan = jnp.zeros((batch,), bool)  # [batch] NaN in the logits top-k children came from
         for d in range(tree.max_depth):
             first, _ = tree.levels[d]
             lo, hi = tree.levels[d + 1]
             num = int(max(len(tree.children[i]) for i in range(*tree.levels[d])))
-            draws, q = self._draw(jax.random.fold_in(key, d), level_logits, num)
+            draws, q, level_nan = self._draw(jax.random.fold_in(key, d), level_logits, num)
+            if level_nan is not None:
+                nan = nan | level_nan
             parent = parents[lo:hi] - first  # [n_{d+1}] parent's index within level d
             level_tokens = draws[:, parent, ranks[lo:hi]]  # [batch, n_{d+1}]
             tokens.append(level_tokens)
@@ -164,7 +171,9 @@ class TreeDrafter:
                     mask=mask,
                 )
         node_tokens = jnp.concatenate(tokens, axis=1)[:, 1:]  # [batch, N - 1]
-        node_probs = None if self.deterministic else jnp.concatenate(probs, axis=1)[:, 1:]
+        if self.deterministic:
+            return Proposal(node_tokens, None, None, state, calls=tree.max_depth, draft_nan=nan)
+        node_probs = jnp.concatenate(probs, axis=1)[:, 1:]
         return Proposal(node_tokens, node_probs, None, state, calls=tree.max_depth)
 
     def commit(self, state, verdict: Verdict):

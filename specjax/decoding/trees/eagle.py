@@ -71,12 +71,15 @@ class EagleTreeDrafter(EagleDrafter):
         feats = f_root[:, None]  # [batch, n_d, embed] predicted features of level d's nodes
         tokens = [jnp.zeros((batch, 1), jnp.int32)]
         probs = [jnp.zeros((batch, 1, self.vocab_size), jnp.float32)]
+        nan = jnp.zeros((batch,), bool)  # [batch] NaN in the logits top-k children came from
         for d in range(tree.max_depth):
             first, _ = tree.levels[d]
             lo, hi = tree.levels[d + 1]
             num = int(max(len(tree.children[i]) for i in range(*tree.levels[d])))
             logits = self.head.logits(target_params, head_params, feats)  # [batch, n_d, vocab]
-            draws, q = TreeDrafter._draw(self, jax.random.fold_in(key, d), logits, num)
+            draws, q, level_nan = TreeDrafter._draw(self, jax.random.fold_in(key, d), logits, num)
+            if level_nan is not None:
+                nan = nan | level_nan
             parent = parents[lo:hi] - first  # [n_{d+1}] parent's index within level d
             level_tokens = draws[:, parent, ranks[lo:hi]]  # [batch, n_{d+1}]
             tokens.append(level_tokens)
@@ -96,7 +99,8 @@ class EagleTreeDrafter(EagleDrafter):
                     mask=mask,
                 )
         node_tokens = jnp.concatenate(tokens, axis=1)[:, 1:]  # [batch, N - 1]
-        node_probs = None if self.deterministic else jnp.concatenate(probs, axis=1)[:, 1:]
-        return Proposal(
-            node_tokens, node_probs, None, state.replace(cache=cache), calls=tree.max_depth
-        )
+        state = state.replace(cache=cache)
+        if self.deterministic:
+            return Proposal(node_tokens, None, None, state, calls=tree.max_depth, draft_nan=nan)
+        node_probs = jnp.concatenate(probs, axis=1)[:, 1:]
+        return Proposal(node_tokens, node_probs, None, state, calls=tree.max_depth)

@@ -170,6 +170,8 @@ class EagleDynamicTreeDrafter(EagleDrafter):
         probs = None
         if "q" in pool:
             probs = jnp.take_along_axis(pool["q"], order[:, :, None], axis=1)
+        # NaN logits make the row's log q, hence every score it ranks, NaN: flag it.
+        nan = jnp.isnan(pool["scores"]).any(axis=1)  # [batch]
         return Proposal(
             node_tokens.astype(jnp.int32),
             probs,
@@ -178,4 +180,5 @@ class EagleDynamicTreeDrafter(EagleDrafter):
             calls=tree.depth,
             valid=closed,
             parents=parents,
+            draft_nan=nan,
         )

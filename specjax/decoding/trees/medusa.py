@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.decoding.argmax import has_nan
 from specjax.decoding.drafters.base import Proposal
 from specjax.decoding.drafters.medusa import MedusaDrafter, MedusaState
 from specjax.decoding.state import Sequences
@@ -84,5 +85,8 @@ class MedusaTreeDrafter(MedusaDrafter):
             )
             tokens.append(draws[:, parent, ranks[lo:hi]])  # [batch, n_{d+1}]
             probs.append(jnp.broadcast_to(q[:, None], (batch, hi - lo, q.shape[-1])))
-        node_probs = None if self.deterministic else jnp.concatenate(probs, axis=1)
-        return Proposal(jnp.concatenate(tokens, axis=1), node_probs, None, state, calls=1)
+        node_tokens = jnp.concatenate(tokens, axis=1)  # [batch, N - 1]
+        if self.deterministic:  # no q to show NaN logits: flag them from the heads used
+            nan = has_nan(logits[:, : tree.max_depth], axis=(1, 2))  # [batch]
+            return Proposal(node_tokens, None, None, state, calls=1, draft_nan=nan)
+        return Proposal(node_tokens, jnp.concatenate(probs, axis=1), None, state, calls=1)
