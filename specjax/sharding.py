@@ -131,10 +131,44 @@ def data_parallel_rules(rules: Sequence[tuple]) -> tuple:
     return tuple((name, target if name == "batch" else None) for name, target in rules)
 
 
-def check_rules(mesh: Mesh, rules: Sequence[tuple]) -> None:
-    """Raises ValueError if a rule names a mesh axis the mesh lacks."""
-    for logical, target in rules:
+# The logical axes specjax's own arrays declare (transformer params, KV caches, batch rows).
+LOGICAL_AXES = frozenset(name for name, _ in DEFAULT_RULES)
+
+
+def check_rules(mesh: Mesh, rules: Sequence[tuple], declared=None) -> None:
+    """Raises ValueError for a rule that is not a (logical axis, mesh axes) pair, a logical axis
+    given two rules (flax would use the first), or a mesh axis the mesh lacks.
+
+    Args:
+      mesh: the Mesh.
+      rules: (logical axis name, None | mesh axis name | tuple of them) pairs.
+      declared: the logical axis names the arrays to shard declare (`declared_axes`), or None
+        to skip that check. A rule for another name is refused: a misspelt one ("kv_head")
+        would leave its arrays whole without a word.
+    """
+    seen = set()
+    for rule in rules:
+        if not (isinstance(rule, tuple) and len(rule) == 2 and isinstance(rule[0], str)):
+            raise ValueError(
+                f"rules: each rule is a (logical axis name, mesh axes) pair, got {rule!r}"
+            )
+        logical, target = rule
         targets = () if target is None else (target,) if isinstance(target, str) else target
+        if not (isinstance(targets, tuple) and all(isinstance(a, str) for a in targets)):
+            raise ValueError(
+                f"rules: rule {rule!r} maps {logical!r} to {target!r}; give None, a mesh axis "
+                "name or a tuple of them"
+            )
+        if logical in seen:
+            raise ValueError(
+                f"rules: logical axis {logical!r} has two rules; flax would use only the first"
+            )
+        seen.add(logical)
+        if declared is not None and logical not in declared:
+            raise ValueError(
+                f"rules: rule {rule!r} names logical axis {logical!r}, which none of these "
+                f"arrays declares (they declare {sorted(declared)})"
+            )
         for axis in targets:
             if axis not in mesh.axis_names:
                 raise ValueError(
@@ -215,6 +249,20 @@ def param_shardings(model, params, mesh: Mesh, rules) -> dict:
         params,
         is_leaf=is_spec,
     )
+
+
+def declared_axes(models) -> frozenset:
+    """The logical axis names `models` declare: specjax's own (`LOGICAL_AXES`: transformer
+    params, KV caches, batch rows) and those in each model's `logical_axes()`."""
+    names = set(LOGICAL_AXES)
+    is_spec = lambda x: isinstance(x, PartitionSpec)  # noqa: E731
+    for model in models:
+        if not hasattr(model, "logical_axes"):
+            continue
+        for spec in jax.tree.leaves(_logical_axes(model), is_leaf=is_spec):
+            for entry in spec:
+                names.update(() if entry is None else (entry,) if isinstance(entry, str) else entry)
+    return frozenset(names)
 
 
 @functools.lru_cache(maxsize=16)

@@ -130,9 +130,42 @@ def test_param_shardings_rejects_foreign_params():
 
 
 def test_rules_must_name_mesh_axes():
-    rules = sh.DEFAULT_RULES + (("mlp", "tensor"),)
+    rules = sh.DEFAULT_RULES[:2] + (("mlp", "tensor"),)
     with pytest.raises(ValueError, match="'tensor'"):
         sh.check_rules(abstract_mesh(4, 2), rules)
+
+
+@pytest.mark.parametrize(
+    "rules, message",
+    [
+        # A misspelt logical axis would leave the KV heads whole, silently.
+        ((("batch", "data"), ("kv_head", "model")), r"logical axis 'kv_head', which none"),
+        # flax takes the first of two rules for an axis; the second would be ignored.
+        ((("mlp", "model"), ("mlp", None)), "'mlp' has two rules"),
+        ((("batch", "data", "model"),), "pair"),
+        (("batch",), "pair"),
+        (((1, "data"),), "pair"),
+        ((("batch", 0),), "give None, a mesh axis name or a tuple"),
+        ((("batch", ("data", None)),), "give None, a mesh axis name or a tuple"),
+    ],
+)
+def test_malformed_misspelt_or_repeated_rules_are_named(rules, message):
+    mesh = abstract_mesh(4, 2)
+    with pytest.raises(ValueError, match=message):
+        sh.check_rules(mesh, rules, sh.declared_axes([tiny_llama()]))
+
+
+def test_declared_axes_are_specjaxs_own_and_the_models():
+    class Experts:  # a custom model declaring an axis of its own
+        def logical_axes(self):
+            return {"w": P("experts", "embed"), "b": P(None)}
+
+    assert sh.declared_axes([]) == sh.LOGICAL_AXES
+    assert sh.declared_axes([Experts()]) == sh.LOGICAL_AXES | {"experts"}
+    assert "experts" not in sh.LOGICAL_AXES
+    sh.check_rules(abstract_mesh(4, 2), (("experts", "model"),), sh.declared_axes([Experts()]))
+    # A model's own axes are accepted without `declared` too (the per-array helpers).
+    sh.check_rules(abstract_mesh(4, 2), sh.DEFAULT_RULES + (("experts", "model"),))
 
 
 def test_kv_cache_splits_rows_and_heads():
@@ -186,6 +219,12 @@ def test_sharded_decoder_checks_its_arguments():
         ShardedDecoder(object(), mesh)
     with pytest.raises(ValueError, match="names mesh axis 'tensor'"):
         ShardedDecoder(decoder, mesh, rules=(("batch", "tensor"),))
+    with pytest.raises(ValueError, match="logical axis 'kv_head', which none"):
+        ShardedDecoder(decoder, mesh, rules=(("batch", "data"), ("kv_head", "model")))
+    with pytest.raises(TypeError, match="rules must be a sequence"):
+        ShardedDecoder(decoder, mesh, rules="batch")
+    # Lists (a config's JSON form) are taken as pairs.
+    assert ShardedDecoder(decoder, mesh, rules=[["batch", "data"]]).rules == (("batch", "data"),)
     sharded = ShardedDecoder(decoder, mesh)
     with pytest.raises(ValueError, match=r"params for 1 model\(s\), got 2"):
         sharded.generate({}, {}, prompts=[[1, 2]], key=jax.random.PRNGKey(0), max_new_tokens=2)

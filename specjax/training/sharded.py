@@ -36,11 +36,13 @@ def train_state_shardings(state: TrainState, model, mesh: Mesh, rules) -> TrainS
       state: the TrainState or `jax.eval_shape` of it.
       model: the trained model (its `logical_axes()` names the parameter axes).
       mesh: the Mesh.
-      rules: logical-axis rules.
+      rules: logical-axis rules, each naming an axis the model declares (a misspelt one is
+        refused rather than left unapplied).
 
     Returns:
       A TrainState whose leaves are NamedSharding.
     """
+    sh.check_rules(mesh, rules, sh.declared_axes([model]))
     params = sh.param_shardings(model, state.params, mesh, rules)
     return TrainState(
         step=sh.replicated(mesh),

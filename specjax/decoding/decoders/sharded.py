@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import jax
@@ -72,8 +73,15 @@ class ShardedDecoder:
             raise TypeError(
                 f"mesh must be a jax.sharding.Mesh (specjax.sharding.make_mesh); got {self.mesh!r}"
             )
-        object.__setattr__(self, "rules", tuple(tuple(r) for r in self.rules))
-        sh.check_rules(self.mesh, self.rules)
+        if isinstance(self.rules, str | bytes) or not isinstance(self.rules, Iterable):
+            raise TypeError(
+                f"rules must be a sequence of (logical axis, mesh axes) pairs, got {self.rules!r}"
+            )
+        rules = tuple(tuple(r) if isinstance(r, list | tuple) else r for r in self.rules)
+        object.__setattr__(self, "rules", rules)
+        sh.check_rules(self.mesh, rules)
+        if any(name not in sh.LOGICAL_AXES for name, _ in rules):  # only then trace the models
+            sh.check_rules(self.mesh, rules, sh.declared_axes(self.decoder.models))
         for i, model in enumerate(self.decoder.models):
             if getattr(getattr(model, "config", None), "matmul", "xla") == "packed":
                 raise ValueError(
