@@ -79,9 +79,11 @@ def test_logits_match_the_xla_layout(pair):
     assert _rel_rows(got, ref) < 1e-5
 
 
+@pytest.mark.skipif(not kernels.available(), reason=f"kernels not built: {kernels.status()}")
 def test_a_verification_gives_the_decode_steps_logits():
     """Rows do not depend on the call's width: scoring 6 tokens at once or one at a time gives
-    bit-identical logits (the kernels sum each output in one fixed order)."""
+    bit-identical logits (the kernels sum each output in one fixed order; XLA's reference path,
+    used where the optional extension did not build, does not promise that)."""
     model = TransformerLM(CONFIGS["llama_gqa"].replace(matmul="packed"))
     params = model.init_params(jax.random.PRNGKey(2))
     tokens = jax.random.randint(jax.random.PRNGKey(3), (1, 16), 0, model.vocab_size)
