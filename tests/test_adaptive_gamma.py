@@ -256,6 +256,13 @@ def test_parse_gamma_policy():
     [
         (lambda: _decoder_with(HeuristicGamma(), gamma=0), "gamma_max"),
         (lambda: AdaptiveDrafter(TARGET, GREEDY, HeuristicGamma(), 0), "gamma_max"),
+        # A hand-built adaptive draft for another gamma: refused when the decoder is built.
+        (
+            lambda: SpeculativeDecoder(
+                TARGET, AdaptiveDrafter(TARGET, GREEDY, HeuristicGamma(), 3), 4, GREEDY, CACHE_LEN
+            ),
+            "built for gamma_max=3, got 4",
+        ),
         (lambda: ConfidenceGamma(0.0), "threshold"),
         (lambda: ConfidenceGamma(1.0), "threshold"),
         (lambda: ConfidenceGamma(1.5), "threshold"),

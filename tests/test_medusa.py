@@ -20,6 +20,7 @@ from decoding_setup import DRAFT_NAN, nan_params
 from specjax import testing
 from specjax.decoding import (
     AutoregressiveDecoder,
+    HeuristicGamma,
     MedusaDrafter,
     MedusaTreeDrafter,
     SpeculativeDecoder,
@@ -98,10 +99,11 @@ def test_medusa_greedy_equals_autoregressive_and_errors():
     )
     for a, b in zip(ar.new_tokens(), sp.new_tokens(), strict=True):
         np.testing.assert_array_equal(a, b)
+    # Refused when the decoder is built, not when it first runs (also under a gamma policy).
     with pytest.raises(ValueError, match="gamma=5 exceeds the 4 Medusa heads"):
-        SpeculativeDecoder(target, heads, 5, T0, cache_len=32).generate(
-            tp, hp, prompts=prompts, key=key, max_new_tokens=4
-        )
+        SpeculativeDecoder(target, heads, 5, T0, cache_len=32)
+    with pytest.raises(ValueError, match="gamma=5 exceeds the 4 Medusa heads"):
+        SpeculativeDecoder(target, heads, 5, T0, cache_len=32, gamma_policy=HeuristicGamma())
     with pytest.raises(ValueError, match="depth 5 exceeds the 4 Medusa heads"):
         TreeSpeculativeDecoder(target, heads, TokenTree.from_branching((2, 1, 1, 1, 1)), T0)
     tree = TreeSpeculativeDecoder(target, heads, TokenTree.from_branching((3, 2, 1)), T0,

@@ -27,12 +27,13 @@ from specjax.decoding import (
     ConfidenceGamma,
     HeuristicGamma,
     LookupDrafter,
+    MedusaDrafter,
     PositionalGamma,
     SpeculativeDecoder,
     TruncatedDrafter,
     make_warper,
 )
-from specjax.models import EagleHead
+from specjax.models import EagleHead, MedusaHeads
 from specjax.testing import tiny_llama
 
 T1 = make_warper(1.0)
@@ -124,3 +125,9 @@ def test_the_policy_must_be_a_policy():
     target, _ = tiny_llama(5)
     with pytest.raises(ValueError, match="gamma_max"):
         TruncatedDrafter(LookupDrafter(5), HeuristicGamma(), 0)
+    # Built for another gamma, or around a draft that cannot take it: refused at construction.
+    with pytest.raises(ValueError, match="built for gamma_max=2, got 3"):
+        SpeculativeDecoder(target, TruncatedDrafter(LookupDrafter(5), HeuristicGamma(), 2), 3, T0)
+    heads = TruncatedDrafter(MedusaDrafter(MedusaHeads(target, 2), T0), HeuristicGamma(), 3)
+    with pytest.raises(ValueError, match="gamma=3 exceeds the 2 Medusa heads"):
+        SpeculativeDecoder(target, heads, 3, T0)

@@ -35,6 +35,7 @@ from specjax.decoding.decoders.verify_width import check_widths, score_to_longes
 from specjax.decoding.drafters.adaptive import AdaptiveDrafter, check_policy
 from specjax.decoding.drafters.base import (
     Drafter,
+    check_gamma,
     feature_layers,
     is_drafter,
 )
@@ -130,6 +131,7 @@ class SpeculativeDecoder(SpeculativeSteps):
             )
         _ = self.widths  # validates verify_widths
         check_feature_target(self.target, self.drafter)
+        check_gamma(self.drafter, self.gamma)
         arguments.resolve_cache_len(self)
 
     @property

@@ -134,10 +134,14 @@ class AdaptiveDrafter:
             keep = keep & self.policy.keep_drafting(confidence_of())
         return keep
 
-    def propose(self, params, state: AdaptiveState, seq: Sequences, key, gamma: int) -> Proposal:
-        """Drafts 1..budget tokens per row; stops the draft loop once every row has stopped."""
+    def check_gamma(self, gamma: int) -> None:
+        """Raises ValueError unless gamma is the gamma_max this drafter was built for."""
         if gamma != self.gamma_max:
             raise ValueError(f"AdaptiveDrafter built for gamma_max={self.gamma_max}, got {gamma}")
+
+    def propose(self, params, state: AdaptiveState, seq: Sequences, key, gamma: int) -> Proposal:
+        """Drafts 1..budget tokens per row; stops the draft loop once every row has stopped."""
+        self.check_gamma(gamma)
         budget = jnp.broadcast_to(self.policy.budget(state.policy, gamma), seq.lengths.shape)
         m_state, x0, q0, logits0 = self.base.first_draft(params, state.model, seq, key)
         batch, vocab = q0.shape

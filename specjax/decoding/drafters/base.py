@@ -157,6 +157,15 @@ class Drafter(Protocol):
     def commit(self, state, verdict: Verdict) -> Any: ...
 
 
+def check_gamma(drafter, gamma: int) -> None:
+    """Lets a drafter refuse a decoder's gamma when the decoder is built, through its optional
+    `check_gamma(gamma)` (raising ValueError): Medusa's heads bound it, an adaptive or truncated
+    drafter is built for one. Its `propose` checks again, for direct callers."""
+    check = getattr(drafter, "check_gamma", None)
+    if check is not None:
+        check(gamma)
+
+
 def reads_features(drafter) -> bool:
     """True for drafters that opted in to the target's features (`reads_features = True`)."""
     return bool(getattr(drafter, "reads_features", False))

@@ -70,13 +70,17 @@ class MedusaDrafter:
         last = jnp.take_along_axis(features, index, axis=1)[:, 0]  # [batch, embed]
         return MedusaState(jnp.where((prompt_lengths >= 2)[:, None], last, 0.0))
 
-    def propose(self, params, state: MedusaState, seq: Sequences, key, gamma: int) -> Proposal:
-        """gamma tokens, token i from head i's q (key fold_in(key, i - 1)), in one call."""
+    def check_gamma(self, gamma: int) -> None:
+        """Raises ValueError when gamma exceeds the heads: each drafted position needs one."""
         if gamma > self.heads.num_heads:
             raise ValueError(
                 f"gamma={gamma} exceeds the {self.heads.num_heads} Medusa heads: each drafted "
                 "position needs its own head"
             )
+
+    def propose(self, params, state: MedusaState, seq: Sequences, key, gamma: int) -> Proposal:
+        """gamma tokens, token i from head i's q (key fold_in(key, i - 1)), in one call."""
+        self.check_gamma(gamma)
         del seq
         target_params, head_params = params
         logits = self.heads.logits(target_params, head_params, state.last)[:, :gamma]

@@ -31,7 +31,7 @@ from typing import Any
 import jax.numpy as jnp
 from flax import struct
 
-from specjax.decoding.drafters.base import Verdict, feature_layers, reads_features
+from specjax.decoding.drafters.base import Verdict, check_gamma, feature_layers, reads_features
 from specjax.decoding.drafters.gamma_policy import GammaPolicy, check_gamma_max
 from specjax.decoding.state import Sequences
 
@@ -94,10 +94,15 @@ class TruncatedDrafter:
             num_drafted=jnp.zeros((batch,), jnp.int32),
         )
 
-    def propose(self, params, state: TruncatedState, seq: Sequences, key, gamma: int):
-        """The inner proposal with num_drafted cut to the policy's count."""
+    def check_gamma(self, gamma: int) -> None:
+        """Raises ValueError unless gamma is gamma_max and the inner drafter takes it."""
         if gamma != self.gamma_max:
             raise ValueError(f"TruncatedDrafter built for gamma_max={self.gamma_max}, got {gamma}")
+        check_gamma(self.inner, gamma)
+
+    def propose(self, params, state: TruncatedState, seq: Sequences, key, gamma: int):
+        """The inner proposal with num_drafted cut to the policy's count."""
+        self.check_gamma(gamma)
         p = self.inner.propose(params, state.inner, seq, key, gamma)
         batch = seq.lengths.shape[0]
         count = jnp.full((batch,), gamma, jnp.int32) if p.num_drafted is None else p.num_drafted
