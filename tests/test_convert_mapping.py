@@ -274,6 +274,10 @@ def test_llama3_rope_frequencies_match_reference_loop():
         ({**LLAMA, "partial_rotary_factor": 0.5}, "partial_rotary_factor"),
         ({**GPT2, "activation_function": "relu"}, "activation_function"),
         ({**GPT2, "scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx"),
+        # A Llama's fields under model_type gpt2 (and the reverse) used to fail as KeyError.
+        ({**LLAMA, "model_type": "gpt2"}, "lacks 'n_layer', which a GPT-2 config has"),
+        ({**GPT2, "model_type": "llama"}, "lacks 'num_hidden_layers', which a Llama config"),
+        ({k: v for k, v in LLAMA.items() if k != "intermediate_size"}, "'intermediate_size'"),
     ],
 )
 def test_unsupported_configs_name_the_field(hf, field):
@@ -303,6 +307,15 @@ def test_missing_extra_and_misshaped_tensors_are_named():
     tensors["transformer.wpe.weight"] = np.zeros((7, 4), np.float32)
     with pytest.raises(ValueError, match=r"'wpe.weight' has shape \(7, 4\).*\(8, 4\)"):
         params_from_hf(GPT2, tensors)
+    # NaN or infinite weights (a damaged file) are named, not loaded into NaN logits.
+    for bad in (np.nan, np.inf, -np.inf):
+        tensors = _gpt2_tensors()
+        tensors["transformer.h.0.mlp.c_fc.weight"] = tensors[
+            "transformer.h.0.mlp.c_fc.weight"
+        ].copy()
+        tensors["transformer.h.0.mlp.c_fc.weight"][1, 2] = bad
+        with pytest.raises(ValueError, match=r"'h.0.mlp.c_fc.weight' holds 1 NaN or infinite"):
+            params_from_hf(GPT2, tensors)
 
 
 def test_vocab_size_mismatch_is_explained_without_tokenizers():

@@ -313,6 +313,24 @@ def test_a_big_endian_file_is_refused_not_loaded_as_garbage(tmp_path):
         load_gguf(path)
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf], ids=["nan", "inf"])
+def test_a_non_finite_weight_is_named_with_the_file(tmp_path, bad):
+    # One float32 of an F32 tensor overwritten in place: the file still parses, and used to
+    # load into a model whose logits are NaN.
+    path = tmp_path / "damaged.gguf"
+    weights = write_tiny_gguf(path, qtype=Q.F32, embed_qtype=Q.F32)
+    blob = bytearray(path.read_bytes())
+    at = blob.find(weights["layers.1.mlp.up_proj.weight"].tobytes()[:64])
+    assert at > 0
+    blob[at + 8 : at + 12] = np.float32(bad).tobytes()
+    path.write_bytes(bytes(blob))
+    with pytest.raises(ValueError) as info:
+        load_gguf(path)
+    assert str(info.value).startswith(
+        f"{path}: checkpoint tensor 'layers.1.mlp.up_proj.weight' holds 1 NaN or infinite"
+    ), str(info.value)
+
+
 def test_not_a_gguf_file(tmp_path):
     bad = tmp_path / "notes.gguf"
     bad.write_text("hello, this is not a model\n" * 10)

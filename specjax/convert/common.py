@@ -40,10 +40,11 @@ class TensorSource:
         return name in self.tensors
 
     def take(self, name: str, shape: tuple, dtype) -> np.ndarray:
-        """Returns tensor `name` cast to `dtype` after checking its shape.
+        """Returns tensor `name` cast to `dtype` after checking its shape and values.
 
         Raises:
-          ValueError: the tensor is missing or has another shape.
+          ValueError: the tensor is missing, has another shape, or holds NaN or infinity (a
+            damaged file: the model would compute NaN, or wrong text, from it).
         """
         if name not in self.tensors:
             raise ValueError(
@@ -56,7 +57,9 @@ class TensorSource:
                 f"{tuple(shape)}"
             )
         self.used.add(name)
-        return np.asarray(value).astype(dtype, copy=False)
+        out = np.asarray(value).astype(dtype, copy=False)
+        check_finite_tensor(name, out)
+        return out
 
     def check_all_used(self, architecture: str) -> None:
         """Raises ValueError naming the checkpoint tensors that no specjax parameter took."""
@@ -66,6 +69,23 @@ class TensorSource:
                 f"{len(unused)} checkpoint tensors have no place in specjax's {architecture} "
                 f"model (an unsupported architecture variant?): {unused[:8]}"
             )
+
+
+def check_finite_tensor(name: str, value: np.ndarray) -> None:
+    """Raises ValueError naming checkpoint tensor `name` if it holds NaN or infinity.
+
+    One pass: a float64 sum of float32 or bfloat16 weights (each below 3.4e38) cannot overflow,
+    so it is non-finite exactly when an entry is; only then are the entries counted.
+    """
+    if value.dtype.kind != "f" and "float" not in value.dtype.name:  # ints: always finite
+        return
+    if np.isfinite(np.sum(value, dtype=np.float64)):
+        return
+    bad = int(np.count_nonzero(~np.isfinite(value.astype(np.float32))))
+    raise ValueError(
+        f"checkpoint tensor {name!r} holds {bad} NaN or infinite value(s) of {value.size}: the "
+        "file is damaged or was saved from a diverged run"
+    )
 
 
 def head_params(src: TensorSource, cfg, embedding: np.ndarray) -> dict:
@@ -90,6 +110,16 @@ def head_params(src: TensorSource, cfg, embedding: np.ndarray) -> dict:
                 "token embedding; set tie_word_embeddings=false in config.json"
             )
     return {}
+
+
+def require_keys(hf_config: dict, keys: tuple, architecture: str) -> None:
+    """Raises ValueError naming the first of `keys` the config.json lacks (not a KeyError)."""
+    for key in keys:
+        if key not in hf_config:
+            raise ValueError(
+                f"config.json lacks {key!r}, which a {architecture} config has (it needs "
+                f"{', '.join(keys)}); is model_type right?"
+            )
 
 
 def require(hf_config: dict, key: str, expected, what: str) -> None:

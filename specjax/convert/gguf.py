@@ -330,7 +330,11 @@ def load_gguf(path, dtype: str = "float32", matmul: str = "auto"):
     meta = read_metadata(reader)
     hf = hf_config_from_gguf(meta, {t.name for t in reader.tensors}, path)
     tokenizer = tokenizer_from_gguf(meta, path)  # fails before any weight is dequantized
-    cfg, params = host_params_from_hf(hf, hf_tensors(reader, hf, path), dtype)
+    tensors = hf_tensors(reader, hf, path)  # its errors name the file
+    try:
+        cfg, params = host_params_from_hf(hf, tensors, dtype)
+    except ValueError as err:  # a tensor's shape or values: name the file too
+        raise ValueError(f"{path}: {err}") from err
     # The layout change in numpy, then one move to the device (SmolLM2: 0.3 s, not the 1.4 s
     # of the same repacking as eager jax ops).
     model, params = with_matmul(TransformerLM(cfg), params, matmul)

@@ -7,11 +7,13 @@ tanh-approximated GELU ("gelu_new"): all three map onto `TransformerConfig.gpt2`
 
 from __future__ import annotations
 
-from specjax.convert.common import TensorSource, head_params, require
+from specjax.convert.common import TensorSource, head_params, require, require_keys
 from specjax.models.config import TransformerConfig
 
 # Activation names whose formula is GELU's tanh approximation (flax `gelu(approximate=True)`).
 TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
+# The config.json fields a GPT-2 conversion reads without a default.
+GPT2_KEYS = ("vocab_size", "n_layer", "n_head", "n_embd", "n_positions")
 
 
 def gpt2_config(hf: dict, dtype: str = "float32") -> TransformerConfig:
@@ -33,6 +35,7 @@ def gpt2_config(hf: dict, dtype: str = "float32") -> TransformerConfig:
             f"config.json has activation_function={act!r}; specjax's GPT-2 MLP implements the "
             f"tanh-approximated GELU only ({', '.join(TANH_GELUS)})"
         )
+    require_keys(hf, GPT2_KEYS, "GPT-2")
     require(hf, "scale_attn_weights", True, "scores are divided by sqrt(head_dim)")
     require(hf, "scale_attn_by_inverse_layer_idx", False, "no per-layer score scaling")
     require(hf, "add_cross_attention", False, "decoder-only")

@@ -14,10 +14,19 @@ import warnings
 import numpy as np
 
 from specjax import checks
-from specjax.convert.common import TensorSource, head_params
+from specjax.convert.common import TensorSource, head_params, require_keys
 from specjax.models.config import RopeScaling, TransformerConfig
 
 MODEL_TYPES = ("llama", "mistral", "qwen2")
+# The config.json fields a Llama-family conversion reads without a default.
+LLAMA_KEYS = (
+    "vocab_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "hidden_size",
+    "intermediate_size",
+    "max_position_embeddings",
+)
 
 
 def _rope(hf: dict) -> tuple[float, RopeScaling | None]:
@@ -89,11 +98,9 @@ def llama_config(hf: dict, dtype: str = "float32") -> TransformerConfig:
     act = hf.get("hidden_act", "silu")
     if act not in ("silu", "swish"):
         raise ValueError(f"config.json has hidden_act={act!r}; specjax's SwiGLU uses silu")
+    require_keys(hf, LLAMA_KEYS, "Llama")
     _warn_sliding_window(hf)
     theta, scaling = _rope(hf)
-    for key in ("vocab_size", "num_hidden_layers", "num_attention_heads", "hidden_size"):
-        if key not in hf:
-            raise ValueError(f"config.json lacks {key!r}")
     heads = hf["num_attention_heads"]
     if not checks.is_integer(heads) or heads < 1:
         raise ValueError(f"config.json has num_attention_heads={heads!r}; it must be >= 1")
