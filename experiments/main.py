@@ -85,14 +85,17 @@ def run_mode(mode: str, config, workdir: str) -> None:
     Args:
       mode: a key of `MODES`.
       config: the ConfigDict for that mode (its common fields are checked first:
-        `experiments/common/config_checks.py`).
+        `experiments/common/config_checks.py`; then its own, by the mode's optional
+        `check(config)`).
       workdir: output directory (created if missing).
     """
     if mode not in MODES:
         raise ValueError(f"--mode={mode!r} is not one of {sorted(MODES)}")
     check_config(config)  # γ, temperatures, repeats, ...: named, before any model is loaded
-    os.makedirs(workdir, exist_ok=True)
     module = importlib.import_module(MODES[mode])
+    if hasattr(module, "check"):
+        module.check(config)  # the mode's own fields, also before the workdir exists
+    os.makedirs(workdir, exist_ok=True)
     module.run(config, workdir)
 
 

@@ -66,6 +66,16 @@ def _config(**fields) -> ml_collections.ConfigDict:
         (dict(cost_rounds=1.5), r"config\.cost_rounds = 1\.5"),
         (dict(max_new_tokens=0), r"config\.max_new_tokens = 0"),
         (dict(gamma=0), r"config\.gamma = 0"),
+        (dict(alpha_prompts=0), r"config\.alpha_prompts = 0"),
+        (dict(cache_len=0), r"config\.cache_len = 0"),
+        (dict(sizes=()), r"config\.sizes = \(\)"),
+        (dict(sizes=(4, -4)), r"config\.sizes\[1\] = -4"),
+        (dict(prompts=0), r"config\.prompts = 0: must give at least one prompt"),
+        (dict(prompts=[]), r"config\.prompts = \[\]: must give at least one prompt"),
+        (dict(learning_rate=math.nan), r"config\.learning_rate = nan: must be a finite number > 0"),
+        (dict(peak_lr=0.0), r"config\.peak_lr = 0\.0: must be a finite number > 0"),
+        (dict(noise=-0.1), r"config\.noise = -0\.1: must be a finite number >= 0"),
+        (dict(ce_weight=math.inf), r"config\.ce_weight = inf"),
     ],
 )
 def test_a_bad_field_is_named(fields, named):
@@ -85,6 +95,46 @@ def test_fields_of_other_meanings_are_left_alone():
     # and `stop_at_step` are 0 by default; None means "unset" for the scalar fields. (top_k and
     # top_p are the generate mode's own, checked there with its messages.)
     check_config(_config(sizes=(1, 2), max_depth=0, stop_at_step=0, gamma=None))
+
+
+def test_heads_prompts_zero_is_named_as_its_nested_field():
+    from configs import heads
+
+    config = heads.get_config("tiny")
+    config.data.num_prompts = 0
+    with pytest.raises(ValueError, match=r"config\.data\.num_prompts = 0"):
+        check_config(config)
+
+
+@pytest.mark.parametrize(
+    "policies, named",
+    [
+        (("heuristic", "bogus"), r"config\.adaptive\.policies\[1\] = 'bogus': not a policy"),
+        (("theory+static",), r"policies\[0\] = 'theory\+static'"),
+        (("confidence:1.5",), r"policies\[0\] = 'confidence:1\.5'"),
+        (("confidence:x",), r"policies\[0\] = 'confidence:x'"),
+        ((), r"config\.adaptive\.policies = \(\): must list at least one"),
+    ],
+)
+def test_extension_policies_are_named_before_any_part_runs(tmp_path, policies, named):
+    from configs import extensions
+
+    config = extensions.get_config("tiny")
+    config.parts = ("hierarchy", "adaptive")  # the bad part second: still refused first
+    config.adaptive.policies = policies
+    workdir = tmp_path / "run"
+    with pytest.raises(ValueError, match=named):
+        run_mode("extensions", config, str(workdir))
+    assert not workdir.exists()
+
+
+def test_every_shipped_policy_name_passes():
+    from configs import extensions
+    from experiments.extensions import adaptive
+
+    for arg in (None, "tiny", "smollm2"):
+        adaptive.check(extensions.get_config(arg).adaptive)
+    adaptive.check(ml_collections.ConfigDict(dict(policies=("confidence", "confidence:0.3+auto"))))
 
 
 def test_the_launcher_checks_before_it_creates_the_workdir(tmp_path):

@@ -5,7 +5,10 @@ its pipeline: a `gammas=0` reached the decoder only after the models were loaded
 and a `repeats=0` failed at the end of the timing with "min() arg is an empty sequence". The
 launcher checks them first (`experiments/main.run_mode`), wherever they sit in the ConfigDict
 (`config.adaptive.gammas` too), and names the field: "config.gammas[0] = 0: ...". Only names
-with one meaning across configs/ are checked; a mode still checks the rest itself.
+with one meaning across configs/ are checked (counts such as `cache_len`, `alpha_prompts` and
+`num_prompts`, tree `sizes`, `prompts` as a count or a list, learning rates, `noise` and
+`ce_weight`); a mode checks the rest itself, in its optional `check(config)`, which the
+launcher also runs before the workdir exists (the extensions' policy names).
 """
 
 from __future__ import annotations
@@ -25,8 +28,17 @@ POSITIVE_INTS = frozenset(
         "max_new_tokens",
         "gamma",
         "gamma_max",
+        "alpha_prompts",
+        "num_prompts",
+        "cache_len",
     }
 )
+# Non-empty sequences of integers >= 1: tree sizes (sequoia2024: n >= 1 tokens per call; trees:
+# nodes, where the tree itself refuses n < 2).
+COUNT_LISTS = frozenset({"sizes"})
+# Step sizes: finite and > 0. Loss weights and noise scales: finite and >= 0.
+POSITIVE_REALS = frozenset({"learning_rate", "peak_lr"})
+NONNEGATIVE_REALS = frozenset({"noise", "ce_weight"})
 # Non-empty sequences of γ values (each an integer >= 1).
 GAMMA_LISTS = frozenset({"gammas", "outer_gammas", "inner_gammas"})
 # Non-empty sequences of names: with none, a mode skipped its tables and still exited 0.
@@ -54,6 +66,21 @@ def _check_field(name: str, key: str, value) -> None:
         for i, g in enumerate(value):
             if not _is_int(g) or g < 1:
                 raise ValueError(f"{name}[{i}] = {g!r}: every γ must be an integer >= 1")
+    elif key in COUNT_LISTS:
+        if not isinstance(value, (tuple, list)) or not value:
+            raise ValueError(f"{name} = {value!r}: must be a non-empty sequence of integers >= 1")
+        for i, n in enumerate(value):
+            if not _is_int(n) or n < 1:
+                raise ValueError(f"{name}[{i}] = {n!r}: must be an integer >= 1")
+    elif key == "prompts" and not isinstance(value, str):
+        # A count (extensions) or the prompts themselves (generate): at least one either way.
+        if _is_int(value) and value < 1 or isinstance(value, (tuple, list)) and not value:
+            raise ValueError(f"{name} = {value!r}: must give at least one prompt")
+    elif key in POSITIVE_REALS | NONNEGATIVE_REALS and value is not None:
+        low = "> 0" if key in POSITIVE_REALS else ">= 0"
+        real = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not real or not math.isfinite(value) or value < 0 or (value == 0 and low == "> 0"):
+            raise ValueError(f"{name} = {value!r}: must be a finite number {low}")
     elif key in NAME_LISTS:
         if not isinstance(value, (tuple, list)) or not value:
             raise ValueError(f"{name} = {value!r}: must name at least one")

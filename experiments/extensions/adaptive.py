@@ -67,6 +67,34 @@ def policy_of(name: str, t_target: dict, t_draft: float, iteration_costs=None):
     return policy, widths or "static"
 
 
+def check(c, name: str = "config") -> None:
+    """Raises ValueError naming the first entry of `c.policies` that `policy_of` would refuse,
+    before the models load and the costs are measured (`name`: the config's path)."""
+    policies = c.policies
+    if isinstance(policies, str) or not policies:
+        raise ValueError(f"{name}.policies = {policies!r}: must list at least one policy name")
+    known = {"heuristic", "fixed_via_adaptive", *COST_MODEL_POLICIES, *LOOP_CALIBRATED}
+    for i, label in enumerate(policies):
+        policy, plus, widths = str(label).partition("+")
+        base, colon, threshold = policy.partition(":")
+        ok = (not plus or widths == "auto") and (
+            (policy in known) or (base == "confidence" and (not colon or _is_fraction(threshold)))
+        )
+        if not ok:
+            raise ValueError(
+                f"{name}.policies[{i}] = {label!r}: not a policy; use one of {sorted(known)} or "
+                "confidence[:threshold in (0, 1)], each optionally with +auto"
+            )
+
+
+def _is_fraction(text: str) -> bool:
+    try:
+        value = float(text)
+    except ValueError:
+        return False
+    return 0 < value < 1
+
+
 def needs_iteration_costs(policies) -> bool:
     """Whether a policy list holds `theory_loop` or `positional_loop` (with or without "+auto")."""
     return any(name.partition("+")[0] in LOOP_CALIBRATED for name in policies)
@@ -133,6 +161,7 @@ def run(c, workdir: str, log=print) -> dict:
     With `c.pretrained` set (`configs/extensions.py:smollm2`): the real target, per task and on
     a mixed set (`adaptive_real.py`).
     """
+    check(c)
     if c.get("pretrained"):
         from experiments.extensions import adaptive_real
 
