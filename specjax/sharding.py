@@ -64,6 +64,8 @@ def resolve_mesh_shape(shape: Sequence[int], num_devices: int) -> tuple[int, ...
     if not all(checks.is_integer(s) for s in entries):
         raise TypeError(f"mesh shape entries must be integers, got {entries}")  # 1.9 was 1
     shape = tuple(int(s) for s in entries)
+    if not checks.is_integer(num_devices) or num_devices < 1:
+        raise ValueError(f"a mesh needs at least one device, got num_devices={num_devices!r}")
     if any(s == 0 or s < -1 for s in shape):
         raise ValueError(f"mesh shape entries must be >= 1 or -1, got {shape}")
     if shape.count(-1) > 1:
@@ -104,6 +106,8 @@ def make_mesh(shape: Sequence[int], axes: Sequence[str] = DEFAULT_AXES, devices=
     if len(set(axes)) != len(axes):
         raise ValueError(f"mesh axis names must be distinct, got {axes}")
     devices = jax.devices() if devices is None else list(devices)
+    if not devices:
+        raise ValueError("devices is empty: a mesh needs at least one device")
     concrete = resolve_mesh_shape(shape, len(devices))
     # AxisType.Auto: GSPMD/Shardy-style propagation, what flax's logical partitioning targets
     # (jax.make_mesh would default to Explicit axes, whose typed shardings the models lack).

@@ -48,6 +48,7 @@ def test_resolve_mesh_shape_fills_minus_one(shape, devices, expected):
         ((-1, -1), 8, "at most one -1"),
         ((4, 4), 8, "needs 16 devices"),
         ((0, 2), 8, ">= 1 or -1"),
+        ((-1, 2), 0, "at least one device"),  # was the mesh (0, 2)
     ],
 )
 def test_resolve_mesh_shape_rejects_bad_shapes(shape, devices, message):
@@ -62,6 +63,8 @@ def test_mesh_shapes_that_are_not_integers_are_refused():
             sh.resolve_mesh_shape(shape, 4)
     with pytest.raises(TypeError, match="mesh shape must be a sequence of axis sizes"):
         sh.make_mesh(4)
+    with pytest.raises(ValueError, match="devices is empty"):  # was an IndexError
+        sh.make_mesh((-1, 1), devices=[])
 
 
 def test_make_mesh_on_one_device_has_auto_axes():
@@ -225,7 +228,17 @@ def test_sharded_decoder_checks_its_arguments():
         ShardedDecoder(decoder, mesh, rules="batch")
     # Lists (a config's JSON form) are taken as pairs.
     assert ShardedDecoder(decoder, mesh, rules=[["batch", "data"]]).rules == (("batch", "data"),)
+    with pytest.raises(TypeError, match="replicate_draft must be True or False"):
+        ShardedDecoder(decoder, mesh, replicate_draft="no")  # a truthy string
     sharded = ShardedDecoder(decoder, mesh)
+    abstract = jax.eval_shape(decoder.model.init_params, jax.random.PRNGKey(0))
+    for kwargs, message in (
+        (dict(batch=0, prompt_width=16), "batch must be an integer >= 1"),
+        (dict(batch=2, prompt_width=0), "prompt_width must be an integer >= 1"),
+        (dict(batch=2, prompt_width=100), "prompt_width=100 exceeds the decoder's cache_len=32"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            sharded.lower(abstract, **kwargs)
     with pytest.raises(ValueError, match=r"params for 1 model\(s\), got 2"):
         sharded.generate({}, {}, prompts=[[1, 2]], key=jax.random.PRNGKey(0), max_new_tokens=2)
 

@@ -36,6 +36,7 @@ from typing import Any
 import jax
 from jax.sharding import Mesh
 
+from specjax import checks
 from specjax import sharding as sh
 from specjax.decoding import arguments, loop
 from specjax.decoding.state import check_finite_result
@@ -73,6 +74,7 @@ class ShardedDecoder:
             raise TypeError(
                 f"mesh must be a jax.sharding.Mesh (specjax.sharding.make_mesh); got {self.mesh!r}"
             )
+        arguments.check_flag(self.replicate_draft, "replicate_draft")  # "no" was truthy
         if isinstance(self.rules, str | bytes) or not isinstance(self.rules, Iterable):
             raise TypeError(
                 f"rules must be a sequence of (logical axis, mesh axes) pairs, got {self.rules!r}"
@@ -201,6 +203,13 @@ class ShardedDecoder:
         """
         self._check_count(abstract_params)
         arguments.check_decoder_params(self.decoder, abstract_params)
+        checks.check_count("batch", batch)
+        checks.check_count("prompt_width", prompt_width)
+        if prompt_width > self.decoder.cache_len:  # prepare() caps its buckets at the cache
+            raise ValueError(
+                f"prompt_width={prompt_width} exceeds the decoder's cache_len="
+                f"{self.decoder.cache_len}: prompts are padded to at most the cache"
+            )
         self._check_batch(batch)
         i32 = jax.numpy.int32
         key = jax.ShapeDtypeStruct((2,), jax.numpy.uint32) if key is None else key
