@@ -60,18 +60,13 @@ def _check_field(name: str, key: str, value) -> None:
     if key in POSITIVE_INTS and value is not None:
         if not _is_int(value) or value < 1:
             raise ValueError(f"{name} = {value!r}: must be an integer >= 1")
-    elif key in GAMMA_LISTS:
-        if not isinstance(value, (tuple, list)) or not value:
-            raise ValueError(f"{name} = {value!r}: must be a non-empty sequence of γ >= 1")
-        for i, g in enumerate(value):
-            if not _is_int(g) or g < 1:
-                raise ValueError(f"{name}[{i}] = {g!r}: every γ must be an integer >= 1")
-    elif key in COUNT_LISTS:
+    elif key in GAMMA_LISTS | COUNT_LISTS:
+        what = "γ" if key in GAMMA_LISTS else "entry"
         if not isinstance(value, (tuple, list)) or not value:
             raise ValueError(f"{name} = {value!r}: must be a non-empty sequence of integers >= 1")
         for i, n in enumerate(value):
             if not _is_int(n) or n < 1:
-                raise ValueError(f"{name}[{i}] = {n!r}: must be an integer >= 1")
+                raise ValueError(f"{name}[{i}] = {n!r}: every {what} must be an integer >= 1")
     elif key == "prompts" and not isinstance(value, str):
         # A count (extensions) or the prompts themselves (generate): at least one either way.
         if _is_int(value) and value < 1 or isinstance(value, (tuple, list)) and not value:
