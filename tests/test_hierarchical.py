@@ -8,6 +8,7 @@ import jax
 import pytest
 from decoding_setup import (
     CACHE_LEN,
+    DRAFT_NAN,
     GREEDY,
     MAX_NEW,
     PROMPTS,
@@ -17,6 +18,7 @@ from decoding_setup import (
     ar_decoder,
     as_lists,
     drafts,
+    nan_params,
     target_params,
 )
 
@@ -120,6 +122,19 @@ def test_eos_and_no_recompilation(results, ar_tokens):
     )
     assert as_lists(result) == as_lists(ar)
     assert len(as_lists(result)[0]) == 6
+
+
+def test_nan_in_any_lower_level_is_named(results):
+    """Greedy levels pass point masses up, whose q cannot show NaN; the inner loop's own NaN
+    flags reach the outer decoder (Proposal.draft_nan), for the middle and the bottom model."""
+    del results  # compiled there
+    decoder, (middle_params, small_params) = three_levels()
+    for params in (
+        (nan_params(middle_params), small_params),
+        (middle_params, nan_params(small_params)),
+    ):
+        with pytest.raises(ValueError, match=DRAFT_NAN):
+            _generate(decoder, params)
 
 
 def _lossy_level():

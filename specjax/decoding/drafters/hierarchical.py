@@ -191,7 +191,10 @@ class SpeculativeDrafter:
         index = jnp.minimum(start[:, None] + jnp.arange(gamma)[None, :], seq.tokens.shape[1] - 1)
         tokens = jnp.take_along_axis(s.seq.tokens, index, axis=1)  # [batch, gamma]
         state = s.replace(key=state.key, seq=seq)
-        return Proposal(tokens, q, None, state, calls=gamma, num_calls=s.step)
+        # The inner models' NaN (the middle's logits, the small draft's q), which a greedy q's
+        # one-hot rows cannot show: the inner loop's own flags.
+        nan = s.stats.nan_rows != 0  # [batch]
+        return Proposal(tokens, q, None, state, calls=gamma, num_calls=s.step, draft_nan=nan)
 
     def commit(self, state: LoopState, verdict: Verdict) -> LoopState:
         """Rolls the inner models back to the accepted prefix (lengths_before + num_accepted)."""
