@@ -7,6 +7,7 @@ import functools
 import jax
 import numpy as np
 import pytest
+from decoding_setup import DRAFT_NAN, nan_params
 
 from specjax.decoding import (
     AutoregressiveDecoder,
@@ -34,9 +35,11 @@ def plain(num_beams, length_penalty, eos_id, max_new=MAX_NEW):
     return dec.generate(target_params(), PROMPTS, max_new_tokens=max_new, eos_id=eos_id)
 
 
-def speculative(draft, gamma, num_beams, length_penalty, eos_id, max_new=MAX_NEW):
-    """gamma: an int (a chain) or a branching tuple (a top-k token tree below each beam)."""
-    model, params = drafts()[draft]
+def speculative(draft, gamma, num_beams, length_penalty, eos_id, max_new=MAX_NEW, params=None):
+    """gamma: an int (a chain) or a branching tuple (a top-k token tree below each beam);
+    params: the draft's (default: its own)."""
+    model, own = drafts()[draft]
+    params = own if params is None else params
     tree = TokenTree.from_branching(gamma) if isinstance(gamma, tuple) else None
     dec = SpeculativeBeamDecoder(
         TARGET,
@@ -94,6 +97,15 @@ def test_eos_inside_the_lookahead_and_steps_saved():
     assert any(eos in h for row in hypotheses(want) for h in row)
     assert beam_steps(got) == beam_steps(want)
     assert np.asarray(got.stats.iterations).sum() < np.asarray(want.stats.iterations).sum()
+
+
+@pytest.mark.parametrize("gamma", [3, (2, 2)], ids=["chain", "tree"])
+def test_a_nan_draft_is_named(gamma):
+    """The draft's greedy chains and top-k trees carry no q: NaN logits are flagged
+    (Proposal.draft_nan) and named, though the beams stay the target's (the programs above)."""
+    nan = nan_params(drafts()["small"][1])
+    with pytest.raises(ValueError, match=DRAFT_NAN):
+        speculative("small", gamma, 4, -0.5, 2, params=nan)
 
 
 def test_no_recompile():

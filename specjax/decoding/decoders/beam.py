@@ -333,15 +333,17 @@ class BeamSearchDecoder(BeamSteps):
         return generate_beams(self, (params,), prompts, max_new_tokens, eos_id, key)
 
 
-def count_step(stats: DecodeStats, going, beams, steps, logits) -> DecodeStats:
-    """Counters after one beam iteration: one target call; `steps` [batch] beam steps taken."""
+def count_step(stats: DecodeStats, going, beams, steps, logits, draft_nan=None) -> DecodeStats:
+    """Counters after one beam iteration: one target call; `steps` [batch] beam steps taken;
+    `draft_nan` [batch·beams] or None: beams whose draft went NaN (speculative beam search)."""
     flat = _rows(going, beams)
     nan = jnp.isnan(logits).any(axis=tuple(range(1, logits.ndim)))
     return stats.replace(
         target_calls=stats.target_calls + 1,
         emitted=stats.emitted + _rows(steps * going, beams),
         iterations=stats.iterations + flat.astype(jnp.int32),
-        nan_rows=stats.nan_rows | nan_flags(flat & nan),
+        nan_rows=stats.nan_rows
+        | nan_flags(flat & nan, None if draft_nan is None else flat & draft_nan),
     )
 
 

@@ -57,7 +57,7 @@ from specjax.decoding.decoders.beam import (
     gather_rows,
     generate_beams,
 )
-from specjax.decoding.drafters.base import Verdict, is_drafter
+from specjax.decoding.drafters.base import Verdict, is_drafter, proposal_nan
 from specjax.decoding.drafters.model import ModelDrafter
 from specjax.decoding.loop import LoopState
 from specjax.decoding.sampling import make_warper
@@ -252,7 +252,7 @@ class SpeculativeBeamDecoder(BeamSteps):
         accepted = jnp.maximum(flat_steps - 1, 0)
         verdict = Verdict(lengths_before, accepted, flat_active, path if self.branching else None)
         d_state = self.drafter.commit(d_state, verdict)
-        stats = count_step(s.stats, going, beams, steps, logits)
+        stats = count_step(s.stats, going, beams, steps, logits, proposal_nan(proposal))
         stats = stats.replace(draft_calls=stats.draft_calls + proposal.calls)
         return s.replace(step=s.step + 1, model_states=(t_state, d_state), stats=stats)
 

@@ -16,7 +16,7 @@ from flax import struct
 
 from specjax.decoding import arguments, loop
 from specjax.decoding.argmax import has_nan
-from specjax.decoding.drafters.base import Verdict, feature_layers, reads_features
+from specjax.decoding.drafters.base import Verdict, feature_layers, proposal_nan, reads_features
 from specjax.decoding.loop import LoopState
 from specjax.decoding.prefill import prefill, prefill_features
 from specjax.decoding.state import GenerationResult, emit, nan_flags
@@ -145,10 +145,7 @@ class SpeculativeSteps:
         """The iteration's counters: calls, tokens, acceptance by position (depth), NaN rows."""
         accepted, tested, rank = self.acceptance_events(proposal, n, path, active)
         nan = has_nan(logits).any(axis=1)  # [batch]; the row max a greedy verify takes anyway
-        nan_q = proposal.draft_nan  # [batch] or None
-        if proposal.probs is not None:  # q itself, where the drafter kept it
-            in_q = has_nan(proposal.probs).any(axis=1)
-            nan_q = in_q if nan_q is None else nan_q | in_q
+        nan_q = proposal_nan(proposal)  # [batch] or None
         nan_q = None if nan_q is None else active & nan_q
         calls = proposal.calls if proposal.num_calls is None else proposal.num_calls
         stats = stats.replace(

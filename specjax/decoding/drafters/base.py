@@ -80,6 +80,7 @@ from typing import Any, Protocol
 import jax
 from flax import struct
 
+from specjax.decoding.argmax import has_nan
 from specjax.decoding.state import Sequences
 
 
@@ -155,6 +156,16 @@ class Drafter(Protocol):
     def propose(self, params, state, seq: Sequences, key, gamma: int) -> Proposal: ...
 
     def commit(self, state, verdict: Verdict) -> Any: ...
+
+
+def proposal_nan(proposal: Proposal) -> jax.Array | None:
+    """bool [batch] rows whose draft numbers went NaN: `draft_nan`, or NaN in `probs` (a NaN
+    logit makes softmax's, and Greedy's, row NaN throughout); None when neither is known."""
+    nan = proposal.draft_nan
+    if proposal.probs is not None:
+        in_q = has_nan(proposal.probs).any(axis=1)  # [batch]
+        nan = in_q if nan is None else nan | in_q
+    return nan
 
 
 def check_gamma(drafter, gamma: int) -> None:
