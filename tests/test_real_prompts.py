@@ -162,6 +162,30 @@ def test_a_missing_or_empty_file_a_directory_and_a_byte_order_mark(tmp_path):
     assert load_prompts(path) == (Prompt("a", "x"),)
 
 
+def test_a_file_not_in_utf8_is_named_by_line_and_line_ends_are_kept(tmp_path):
+    good = json.dumps({"task": "a", "text": "café"})
+    latin = tmp_path / "latin1.jsonl"  # used to be a bare UnicodeDecodeError
+    latin.write_bytes(
+        good.encode()
+        + b"\n"
+        + json.dumps({"task": "b", "text": "café"}, ensure_ascii=False).encode("latin-1")
+        + b"\n"
+    )
+    with pytest.raises(ValueError, match=r"latin1\.jsonl:2: not UTF-8 \(byte \d+\)"):
+        load_prompts(latin)
+    # Windows and old-Mac line ends split lines as before; a raw U+2028 inside a string does not.
+    mixed = tmp_path / "mixed.jsonl"
+    sep = json.dumps({"task": "c", "text": "one\u2028two"}, ensure_ascii=False)
+    mixed.write_bytes(
+        (good + "\r\n" + sep + "\r" + json.dumps({"task": "d", "text": "y"})).encode()
+    )
+    assert load_prompts(mixed) == (
+        Prompt("a", "café"),
+        Prompt("c", "one\u2028two"),
+        Prompt("d", "y"),
+    )
+
+
 def test_sequoia2024_takes_its_walltime_prompts_from_tasks_apart(tmp_path):
     lines = [{"task": t, "text": f"{t} {i}"} for i in (1, 2) for t in "abcd"]
     path = _write(tmp_path, lines)  # a1 b1 c1 d1 a2 b2 c2 d2

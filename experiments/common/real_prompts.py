@@ -30,6 +30,7 @@ alternately (`alternate`); a measurement that takes n prompts takes them spread 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 
@@ -287,22 +288,29 @@ def load_prompts(path) -> tuple[Prompt, ...]:
     if not os.path.isfile(path):
         raise ValueError(f"prompts file {path!r} is not a file")
     prompts, seen = [], set()
-    with open(path, encoding="utf-8-sig") as f:  # -sig: a byte-order mark is skipped
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                record = json.loads(line, object_pairs_hook=_no_duplicate_keys)
-            except json.JSONDecodeError as e:
-                _fail(where, f"not JSON ({e.msg} at column {e.colno})")
-            except ValueError as e:  # from _no_duplicate_keys
-                _fail(where, str(e))
-            prompt = _parse_line(record, where)
-            if prompt in seen:  # a set: training files may hold thousands of prompts
-                _fail(where, "the same prompt (task and messages) as an earlier line")
-            seen.add(prompt)
-            prompts.append(prompt)
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8-sig")  # -sig: a byte-order mark is skipped
+    except UnicodeDecodeError as e:  # named by line, like every other error of the file
+        line = data[: e.start].count(b"\n") + 1
+        _fail(f"{path}:{line}", f"not UTF-8 (byte {e.start}); save the file as UTF-8")
+    # Lines as a text-mode file splits them (\n, \r\n, \r), not str.splitlines (U+2028 too).
+    for number, line in enumerate(io.StringIO(text, newline=None), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            record = json.loads(line, object_pairs_hook=_no_duplicate_keys)
+        except json.JSONDecodeError as e:
+            _fail(where, f"not JSON ({e.msg} at column {e.colno})")
+        except ValueError as e:  # from _no_duplicate_keys
+            _fail(where, str(e))
+        prompt = _parse_line(record, where)
+        if prompt in seen:  # a set: training files may hold thousands of prompts
+            _fail(where, "the same prompt (task and messages) as an earlier line")
+        seen.add(prompt)
+        prompts.append(prompt)
     if not prompts:
         raise ValueError(f"prompts file {path!r} holds no prompts")
     return tuple(prompts)
