@@ -196,9 +196,7 @@ class Checkpointer:
                 ),
             )
         except Exception as e:  # orbax raises many types for damaged files
-            raise CheckpointError(
-                f"checkpoint {path} cannot be read: {type(e).__name__}: {e}"
-            ) from e
+            raise CheckpointError(f"checkpoint {path} cannot be read: {_cause(e)}") from e
         params, opt_state, meta = restored["params"], restored["opt_state"], restored["meta"]
         _verify(path, meta, params=params, opt_state=opt_state)
         return params, opt_state, meta
@@ -388,7 +386,7 @@ def load_model(path: str, step: int | None = None) -> tuple[TransformerLM, Any, 
                 )["params"]
                 _verify(spath, meta, params=params)
             except Exception as e:
-                msg = e if isinstance(e, CheckpointError) else f"{type(e).__name__}: {e}"
+                msg = e if isinstance(e, CheckpointError) else _cause(e)
                 failures.append(f"checkpoint {spath} cannot be loaded: {msg}")
                 logging.error("%s", failures[-1])
                 continue
@@ -396,6 +394,16 @@ def load_model(path: str, step: int | None = None) -> tuple[TransformerLM, Any, 
                 logging.warning("Loaded the older checkpoint %s instead", spath)
             return model, params, meta
     raise CheckpointError("\n".join(failures))
+
+
+def _cause(e: Exception, limit: int = 300) -> str:
+    """`Type: message` of an orbax/TensorStore error, cut to its first line: their messages
+    append the whole TensorStore spec (80 lines of JSON), which the chained traceback keeps."""
+    lines = str(e).strip().splitlines()
+    first = lines[0].split(" See full TensorStore details")[0] if lines else ""
+    if len(first) > limit:
+        first = first[: limit - 3] + "..."
+    return f"{type(e).__name__}: {first}"
 
 
 def load_params(path: str, step: int | None = None):

@@ -195,7 +195,22 @@ def test_all_corrupt_raises_naming_every_path(tmp_path):
     with pytest.raises(ckpt_lib.CheckpointError) as info:
         ck.restore_latest(*_abstract(p1, o1))
     assert ck.step_path(1) in str(info.value) and ck.step_path(2) in str(info.value)
+    # A heading and one line per checkpoint, not TensorStore's spec (80 lines of JSON) after
+    # each cause.
+    assert len(str(info.value).splitlines()) == 3, str(info.value)
     ck.close()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_damaged_export_is_named_in_one_line(tmp_path):
+    model, _, params, _ = _state(0)
+    export = ckpt_lib.export_model(str(tmp_path / "export"), params, dict(_meta(model, 7), step=7))
+    _damage(os.path.join(export, "7"))
+    with pytest.raises(ckpt_lib.CheckpointError) as info:
+        ckpt_lib.load_model(export)
+    text = str(info.value)
+    assert text.startswith(f"checkpoint {export}/7 cannot be loaded: ") and "\n" not in text
+    assert len(text) < 500, text
 
 
 def test_load_model_from_run_dir_and_export(tmp_path):
