@@ -28,7 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.alpha import overlap
+from specjax import checks
+from specjax.alpha import check_sequences, overlap
 from specjax.decoding import TokenTree, Warper, residual_distribution, tree_accept
 from specjax.decoding.trees.search import conditional_from_positional
 from specjax.decoding.trees.topology import draw_children
@@ -135,22 +136,34 @@ def rank_acceptance_on_sequences(
     Args:
       target, target_params: the target model.
       draft, draft_params: the draft (same vocabulary).
-      sequences: int32 [n, P + N] prompts followed by continuations (normally the target's own,
-        `alpha_generated.generate_reference`).
-      prompt_len: P; positions predicting tokens P .. P + N - 1 count.
+      sequences: int [n, P + N] prompts followed by continuations (normally the target's own,
+        `alpha_generated.generate_reference`), n >= 1, ids in [0, vocab_size).
+      prompt_len: P in [1, P + N - 1]; positions predicting tokens P .. P + N - 1 count.
       warper: applied to both models.
-      ranks: K children per node.
+      ranks: K children per node, >= 1; at most vocab_size for "without" and "top_k" (K
+        distinct tokens).
       rules: which of RULES to measure.
-      samples: races per position for "without".
-      batch_size: sequences per forward pass.
+      samples: races per position for "without", >= 1.
+      batch_size: sequences per forward pass, >= 1.
       seed: PRNG seed for "without".
 
     Returns:
       rule -> {"positional": [K] mean P_k, "conditional": [K] a_k from it, "alpha": mean beta
       (the paper's alpha, from the same forward passes), "positions": int}.
     """
+    # Everything is checked on the host, before the first forward pass compiles.
     check_pair(target, draft)
-    sequences = np.asarray(sequences, np.int32)
+    if isinstance(rules, str):
+        raise TypeError(f"rules must be a sequence of rule names from {RULES}; got {rules!r}")
+    rules = tuple(rules)
+    for rule in rules:
+        if rule not in RULES:
+            raise ValueError(f"rules must be drawn from {RULES}; got {rule!r}")
+    sequences = check_sequences(sequences, prompt_len, target.vocab_size)
+    distinct = any(rule in ("without", "top_k") for rule in rules)  # K distinct tokens
+    checks.check_count("ranks", ranks, 1, target.vocab_size if distinct else None)
+    checks.check_count("samples", samples)
+    checks.check_count("batch_size", batch_size)
     inputs = sequences[:, :-1]
     sums = {rule: np.zeros(ranks) for rule in rules}
     beta_sum, count = 0.0, 0

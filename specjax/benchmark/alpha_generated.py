@@ -11,7 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.alpha import measure_alpha
+from specjax import checks
+from specjax.alpha import check_sequences, measure_alpha
 from specjax.decoding import AutoregressiveDecoder, make_warper
 from specjax.models.interface import check_pair
 
@@ -62,21 +63,25 @@ def alpha_on_sequences(
     Args:
       target, target_params: the target.
       drafts: name -> (model, params).
-      sequences: int32 [n, P + N] prompts followed by target continuations.
-      prompt_len: P; β is averaged over the predictions of tokens P .. P + N - 1.
+      sequences: int [n, P + N] prompts followed by target continuations (n >= 1), token ids
+        in [0, vocab_size).
+      prompt_len: P in [1, P + N - 1]; β is averaged over the predictions of tokens
+        P .. P + N - 1.
       temperature: warper temperature applied to both models.
-      batch_size: sequences per forward pass.
+      batch_size: sequences per forward pass, >= 1.
 
     Returns:
       name -> {"alpha": float, "alpha_std": float (std of β), "positions": int,
                "alpha_by_offset": list[float] (mean β per generated position)}.
     """
-    sequences = np.asarray(sequences, np.int32)
+    sequences = check_sequences(sequences, prompt_len, target.vocab_size)
+    checks.check_count("batch_size", batch_size)
     warper = make_warper(temperature)
+    for model, _ in drafts.values():
+        check_pair(target, model)
     inputs = sequences[:, :-1]  # predictions after each token but the last
     out = {}
     for name, (model, params) in drafts.items():
-        check_pair(target, model)
         betas = []
         for start in range(0, inputs.shape[0], batch_size):
             chunk = jnp.asarray(inputs[start : start + batch_size])

@@ -177,27 +177,39 @@ def eval_batches(
         yield chunk, valid
 
 
-def spread_eval_batches(tokens, seq_len: int, batch_size: int, max_windows: int | None = None):
+def spread_eval_batches(
+    tokens, seq_len: int, batch_size: int, max_windows: int | None = None
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Fixed evaluation windows spread evenly over a split, in batches of one shape.
 
     Like `eval_batches`, but a cap keeps windows spaced evenly across the whole split instead of
-    its first ones (whose documents, in sorted order, are not a fair sample).
+    its first ones (whose documents, in sorted order, are not a fair sample). The arguments are
+    checked when it is called, not at the first batch.
 
     Args:
       tokens: 1-D token ids.
-      seq_len: window length (inputs; a window holds seq_len + 1 tokens).
-      batch_size: windows per batch.
-      max_windows: how many windows (the first, last and evenly spaced ones between); None or
-        at least the number of windows: all.
+      seq_len: window length (inputs; a window holds seq_len + 1 tokens), >= 1.
+      batch_size: windows per batch, >= 1.
+      max_windows: how many windows (the first, last and evenly spaced ones between), >= 1;
+        None or at least the number of windows: all.
 
-    Yields:
-      windows int32 [batch_size, seq_len + 1] and valid bool [batch_size] (False: padding row).
+    Returns:
+      An iterator of windows int32 [batch_size, seq_len + 1] and valid bool [batch_size]
+      (False: padding row).
     """
+    batch_size = _check_int(batch_size, "batch_size", 1)
+    if max_windows is not None:
+        max_windows = _check_int(max_windows, "max_windows", 1)
     windows = eval_windows(tokens, seq_len)  # [num, seq_len + 1], disjoint targets
     num = windows.shape[0]
     if max_windows is not None and max_windows < num:
         # Consecutive picks are >= 1 apart before flooring, so they stay distinct.
         windows = windows[np.floor(np.linspace(0, num - 1, max_windows)).astype(np.int64)]
+    return _padded_batches(windows, seq_len, batch_size)
+
+
+def _padded_batches(windows: np.ndarray, seq_len: int, batch_size: int):
+    """Yields `windows` [num, seq_len + 1] in batches of `batch_size`, the last padded."""
     for lo in range(0, windows.shape[0], batch_size):
         chunk = windows[lo : lo + batch_size]
         valid = np.arange(batch_size) < chunk.shape[0]  # [batch_size]

@@ -7,7 +7,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from specjax.theory._checks import _as_float, _check_alpha, _check_gamma, _check_nonnegative
+from specjax.theory._checks import (
+    _as_float,
+    _check_alpha,
+    _check_broadcast,
+    _check_gamma,
+    _check_nonnegative,
+)
 from specjax.theory.formulas import expected_tokens_per_iteration
 
 
@@ -25,6 +31,13 @@ def cost_curve(points: Mapping[int, float] | Sequence[float] | np.ndarray) -> np
     if isinstance(points, Mapping):
         if not points:
             raise ValueError("t_target dict is empty")
+        if not all(
+            isinstance(k, (int, float, np.integer, np.floating)) and not isinstance(k, bool)
+            for k in points
+        ):
+            raise ValueError(
+                f"t_target keys must be integers k >= 1 including 1, got {list(points)}"
+            )
         ks = np.array(sorted(points), dtype=np.float64)
         if np.any(ks != np.round(ks)) or ks[0] != 1:
             raise ValueError(
@@ -57,6 +70,7 @@ def measured_speedup(alpha, gamma, t_target, t_draft) -> np.ndarray:
       float64 array of the broadcast shape of `alpha`, `gamma` and `t_draft`.
     """
     curve, gamma, time = iteration_time(t_target, gamma, t_draft)
+    _check_broadcast(alpha=_check_alpha(alpha), gamma=gamma, t_draft=t_draft)
     return expected_tokens_per_iteration(alpha, gamma) * curve[0] / time
 
 
@@ -76,6 +90,7 @@ def iteration_time(t_curve, gamma, t_step, names=("t_target", "gamma", "t_draft"
     curve = cost_curve(t_curve)  # [K]
     gamma = _check_gamma(gamma, gamma_name)
     t_step = _check_nonnegative(t_step, step_name)
+    _check_broadcast(**{gamma_name: gamma, step_name: t_step})
     if np.max(gamma) + 1 > curve.size:
         raise ValueError(
             f"{curve_name} covers k = 1..{curve.size}, but {gamma_name} = {int(np.max(gamma))} "
@@ -100,6 +115,7 @@ def measured_optimal_gamma(alpha, t_target, t_draft) -> np.ndarray:
         raise ValueError("t_target must cover at least k = 1, 2 to choose a gamma >= 1")
     alpha = _check_alpha(alpha)
     t_draft = _check_nonnegative(t_draft, "t_draft")
+    _check_broadcast(alpha=alpha, t_draft=t_draft)
     gammas = np.arange(1, curve.size)  # [K - 1]
     speedup = measured_speedup(alpha[..., None], gammas, curve, t_draft[..., None])  # [..., K-1]
     return gammas[np.argmax(speedup, axis=-1)]

@@ -15,7 +15,8 @@ def acceptance_rate(p, q, axis: int = -1) -> np.ndarray:
 
     Args:
       p: target probabilities, [..., vocab] (non-negative, summing to 1 along `axis`).
-      q: draft probabilities, broadcastable against `p`.
+      q: draft probabilities, broadcastable against `p` over the leading axes (the vocabulary
+        axis must have one size in both).
       axis: the vocabulary axis.
 
     Returns:
@@ -56,6 +57,11 @@ def expected_alpha(p, q, weights=None) -> float:
       alpha as a Python float.
     """
     beta = acceptance_rate(p, q, axis=-1)  # [...] one beta per position
+    if beta.size == 0:
+        raise ValueError(
+            f"p and q must hold at least one position; got shapes {np.shape(p)} and "
+            f"{np.shape(q)} (alpha is a mean over positions)"
+        )
     if weights is None:
         return float(np.mean(beta))
     w = _check_nonnegative(weights, "weights")

@@ -7,6 +7,7 @@ import numpy as np
 
 from specjax.theory._checks import (
     _check_alpha,
+    _check_broadcast,
     _check_gamma,
     _check_nonnegative,
     _check_positive_int,
@@ -28,6 +29,7 @@ def expected_tokens_per_iteration(alpha, gamma) -> np.ndarray:
     """
     alpha = _check_alpha(alpha)
     gamma = _check_gamma(gamma)
+    _check_broadcast(alpha=alpha, gamma=gamma)
     n = (gamma + 1).astype(np.float64)
     one_minus = 1.0 - alpha  # exact in float64 for alpha near 1 (Sterbenz)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -79,6 +81,7 @@ def walltime_improvement(alpha, gamma, c) -> np.ndarray:
     """
     c = _check_nonnegative(c, "c")
     gamma_f = _check_gamma(gamma).astype(np.float64)
+    _check_broadcast(alpha=_check_alpha(alpha), gamma=gamma_f, c=c)
     return expected_tokens_per_iteration(alpha, gamma) / (c * gamma_f + 1.0)
 
 
@@ -98,6 +101,7 @@ def arithmetic_operations_factor(alpha, gamma, c_hat) -> np.ndarray:
     """
     c_hat = _check_nonnegative(c_hat, "c_hat")
     gamma_f = _check_gamma(gamma).astype(np.float64)
+    _check_broadcast(alpha=_check_alpha(alpha), gamma=gamma_f, c_hat=c_hat)
     return (gamma_f * c_hat + gamma_f + 1.0) / expected_tokens_per_iteration(alpha, gamma)
 
 
@@ -118,6 +122,7 @@ def optimal_gamma(alpha, c, gamma_max: int = 32) -> np.ndarray:
     gamma_max = _check_positive_int(gamma_max, "gamma_max")
     alpha = _check_alpha(alpha)
     c = _check_nonnegative(c, "c")
+    _check_broadcast(alpha=alpha, c=c)
     gammas = np.arange(1, gamma_max + 1)  # [G]
     speedup = walltime_improvement(alpha[..., None], gammas, c[..., None])  # [..., G]
     return gammas[np.argmax(speedup, axis=-1)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specjax.theory._checks import _check_alpha, _check_broadcast
 from specjax.theory.costs import iteration_time, measured_speedup
 from specjax.theory.formulas import expected_tokens_per_iteration
 
@@ -27,6 +28,8 @@ def hierarchical_draft_cost(alpha_inner, gamma_inner, t_middle, t_small) -> np.n
     """
     names = ("t_middle", "gamma_inner", "t_small", "T_middle")
     _, gamma_inner, inner_iteration = iteration_time(t_middle, gamma_inner, t_small, names)
+    alpha_checked = _check_alpha(alpha_inner, "alpha_inner")
+    _check_broadcast(alpha_inner=alpha_checked, gamma_inner=gamma_inner, t_small=t_small)
     return inner_iteration / expected_tokens_per_iteration(alpha_inner, gamma_inner)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specjax.theory._checks import _check_alpha, _check_gamma, _check_positive_int
+from specjax.theory._checks import _check_alpha, _check_gamma, _check_positive_int, _check_seed
 
 
 def simulate_iterations(alpha: float, gamma: int, num_iterations: int, seed: int) -> np.ndarray:
@@ -18,7 +18,7 @@ def simulate_iterations(alpha: float, gamma: int, num_iterations: int, seed: int
       alpha: acceptance probability in [0, 1].
       gamma: drafted tokens per iteration, integer >= 1.
       num_iterations: number of iterations to simulate.
-      seed: seed of the numpy generator.
+      seed: seed of the numpy generator, an integer >= 0.
 
     Returns:
       int64 array [num_iterations] with values in 1..gamma + 1.
@@ -28,7 +28,7 @@ def simulate_iterations(alpha: float, gamma: int, num_iterations: int, seed: int
     alpha_f = float(_check_alpha(alpha))
     gamma_i = int(_check_gamma(gamma))
     num_iterations = _check_positive_int(num_iterations, "num_iterations")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(_check_seed(seed))
     accepted = rng.random((num_iterations, gamma_i)) < alpha_f  # [N, gamma]
     # A draft token counts only if it and every token before it were accepted.
     num_accepted = np.cumprod(accepted, axis=1).sum(axis=1)  # [N]

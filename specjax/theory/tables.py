@@ -6,7 +6,12 @@ import dataclasses
 
 import numpy as np
 
-from specjax.theory._checks import _check_alpha, _check_gamma, _check_nonnegative
+from specjax.theory._checks import (
+    _check_alpha,
+    _check_gamma,
+    _check_nonempty,
+    _check_nonnegative,
+)
 from specjax.theory.formulas import expected_tokens_per_iteration, walltime_improvement
 
 
@@ -51,9 +56,9 @@ def gamma_table(alphas, cs, gammas) -> GammaTable:
     """Evaluates the paper's speedup formula on every (alpha, c, gamma) combination.
 
     Args:
-      alphas: 1-D acceptance rates in [0, 1].
-      cs: 1-D draft/target cost ratios >= 0.
-      gammas: 1-D integers >= 1 (need not be contiguous).
+      alphas: 1-D acceptance rates in [0, 1], at least one.
+      cs: 1-D draft/target cost ratios >= 0, at least one.
+      gammas: 1-D integers >= 1 (need not be contiguous), at least one.
 
     Returns:
       A `GammaTable`.
@@ -64,6 +69,7 @@ def gamma_table(alphas, cs, gammas) -> GammaTable:
     for name, arr in (("alphas", alphas), ("cs", cs), ("gammas", gammas)):
         if arr.ndim != 1:
             raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
+        _check_nonempty(arr, name)
     speedup = walltime_improvement(
         alphas[:, None, None], gammas[None, None, :], cs[None, :, None]
     )  # [A, C, G]
@@ -86,18 +92,41 @@ def format_grid(alphas, gammas, values, best_gamma=None, fmt: str = "{:.3f}") ->
       alphas: [A] row labels.
       gammas: [G] column labels.
       values: [A, G] numbers.
-      best_gamma: optional [A] gamma to star in each row.
+      best_gamma: optional [A] gamma to star in each row, each one of `gammas`.
       fmt: format of one number.
 
     Returns:
       The table as a multi-line string.
     """
-    values = np.asarray(values)
+    alphas, gammas, values = np.asarray(alphas), np.asarray(gammas), np.asarray(values)
+    for name, arr in (("alphas", alphas), ("gammas", gammas)):
+        if arr.ndim != 1:
+            raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
+        _check_nonempty(arr, name)
+        if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number):
+            raise TypeError(f"{name} must hold numbers, got {arr.tolist()!r}")
+    if values.shape != (alphas.size, gammas.size):
+        raise ValueError(
+            f"values must have shape [len(alphas), len(gammas)] = [{alphas.size}, {gammas.size}]"
+            f", got {list(values.shape)}"
+        )
+    if best_gamma is not None:
+        best_gamma = np.asarray(best_gamma)
+        if best_gamma.shape != alphas.shape:
+            raise ValueError(
+                f"best_gamma must have one gamma per alpha, shape {alphas.shape}; "
+                f"got {best_gamma.shape}"
+            )
+        missing = [g for g in best_gamma.tolist() if g not in gammas.tolist()]
+        if missing:
+            raise ValueError(
+                f"best_gamma must be among gammas {gammas.tolist()}; got {missing[0]!r}"
+            )
     # A trailing space on unstarred cells keeps the decimal points aligned.
     cells = [[fmt.format(v) + " " for v in row] for row in values]
     if best_gamma is not None:
-        for i, g in enumerate(np.asarray(best_gamma)):
-            col = int(np.flatnonzero(np.asarray(gammas) == g)[0])
+        for i, g in enumerate(best_gamma):
+            col = int(np.flatnonzero(gammas == g)[0])
             cells[i][col] = cells[i][col][:-1] + "*"
     width = max(len(s) for row in cells for s in row) + 1
     width = max(width, max(len(f"g={g}") for g in gammas) + 1)
