@@ -30,6 +30,7 @@ import specjax  # noqa: E402
 
 specjax.configure_cpu()
 
+from specjax.benchmark.script_checks import prepare_output  # noqa: E402
 from specjax.testing import audit  # noqa: E402
 
 _RUNS = flags.DEFINE_integer("runs", 40, "Configurations drawn.")
@@ -42,6 +43,8 @@ _REPLAY = flags.DEFINE_string("replay", None, "A JSON line of --out (or a Spec):
 
 def main(argv):
     del argv
+    if _OUT.value:
+        prepare_output(_OUT.value, "--out")  # before the runs, not after them
     if _REPLAY.value:
         line = json.loads(_REPLAY.value)
         spec = audit.Spec(line["family"], line["knobs"])

@@ -41,8 +41,11 @@ def ragged_prompts(count: int):
 def main(argv):
     del argv
     from specjax.benchmark.batch import batch_table, break_even, format_batch_rows
+    from specjax.benchmark.script_checks import prepare_output
     from specjax.decoding import make_warper
 
+    if _OUT.value:
+        prepare_output(_OUT.value, "--out")  # before the measuring, not after it
     target, tparams, drafts, what = flags_.load_pair()
     draft, dparams = drafts[_DRAFT.value]
     batches = [int(b) for b in _BATCHES.value.split(",")]

@@ -39,8 +39,8 @@ def main(argv):
     del argv
     import numpy as np
 
-    from specjax import pretrained
     from specjax.benchmark.costs import call_runner, iteration_runner
+    from specjax.benchmark.script_checks import gguf_model
     from specjax.benchmark.timing import interleaved
     from specjax.convert import load_gguf
     from specjax.decoding import SpeculativeDecoder, TokenTree, TreeSpeculativeDecoder, make_warper
@@ -53,8 +53,7 @@ def main(argv):
         def verify_point_mass(self, proposal, logits):
             return None
 
-    path = FLAGS.model if FLAGS.model.endswith(".gguf") else pretrained.fetch(FLAGS.model)
-    model, params, _ = load_gguf(path)
+    model, params, _ = load_gguf(gguf_model(FLAGS.model))
     draft, draft_params = truncated(model, params, FLAGS.draft_layers)
     greedy, cl, steps = make_warper(0), FLAGS.cache_len, FLAGS.steps
     prompt = [np.random.default_rng(0).integers(100, 20000, FLAGS.context).tolist()]

@@ -39,10 +39,12 @@ flags.register_validator(
 flags.DEFINE_string("model", "smollm2-135m-instruct", "a registered name or a .gguf path")
 flags.DEFINE_list("layouts", ["xla", "packed"], "weight layouts for the speed parts")
 flags.DEFINE_list("ks", [str(k) for k in (1, 2, 4, 5, 8, 9, 16, 32, 64)], "tokens per call")
-flags.DEFINE_integer("rounds", 7, "round-robin rounds of the speed part")
-flags.DEFINE_integer("overhead_rounds", 20, "rounds of the overhead part")
-flags.DEFINE_integer("draft_rounds", 3, "rounds of the drafts and hf parts")
-flags.DEFINE_integer("unroll_rounds", 7, "rounds of the unroll part (its prompts as one batch)")
+flags.DEFINE_integer("rounds", 7, "round-robin rounds of the speed part", lower_bound=1)
+flags.DEFINE_integer("overhead_rounds", 20, "rounds of the overhead part", lower_bound=1)
+flags.DEFINE_integer("draft_rounds", 3, "rounds of the drafts and hf parts", lower_bound=1)
+flags.DEFINE_integer(
+    "unroll_rounds", 7, "rounds of the unroll part (its prompts as one batch)", lower_bound=1
+)
 flags.DEFINE_list("temperatures", ["0", "1"], "temperatures of the drafts part")
 flags.DEFINE_integer("gamma", 4, "drafted tokens per iteration")
 flags.DEFINE_integer("max_new_tokens", 64, "tokens per prompt (drafts, hf)")
@@ -90,6 +92,10 @@ def main(argv):
     del argv
     import jax
 
+    from specjax.benchmark.script_checks import gguf_model, prepare_output
+
+    if FLAGS.out:
+        prepare_output(FLAGS.out, "--out", folder=True)  # before the parts, not after them
     if FLAGS.exact_matmuls:
         specjax.configure_accelerator()
     from experiments.common import real_drafts
@@ -100,11 +106,10 @@ def main(argv):
     from specjax.convert.gguf import load_gguf
     from specjax.decoding import DynamicTree
     from specjax.models.layout import resolve_matmul, with_matmul
-    from specjax.pretrained import REGISTRY, fetch
 
     prompts = spread(prompt_set(FLAGS.prompts_file), FLAGS.num_prompts, name="--num_prompts")
 
-    path = fetch(FLAGS.model) if FLAGS.model in REGISTRY else FLAGS.model
+    path = gguf_model(FLAGS.model)  # names --model and the registered models
     model, params, tokenizer = load_gguf(path, matmul="xla")
     precision = jax.config.jax_default_matmul_precision or "JAX's default"
     print(f"{FLAGS.model}: {model.config.num_layers} layers, vocab {model.vocab_size}; "

@@ -15,8 +15,8 @@ from absl import app, flags
 import specjax
 
 _VOCABS = flags.DEFINE_list("vocabs", ["259", "4096", "32000", "128256"], "Vocabulary sizes.")
-_BATCH = flags.DEFINE_integer("batch", 1, "Rows per call.")
-_REPEATS = flags.DEFINE_integer("repeats", 7, "Timed rounds (medians).")
+_BATCH = flags.DEFINE_integer("batch", 1, "Rows per call.", lower_bound=1)
+_REPEATS = flags.DEFINE_integer("repeats", 7, "Timed rounds (medians).", lower_bound=1)
 _CLOCK = flags.DEFINE_enum("clock", "cpu", ["cpu", "wall"], "Process CPU time or wall time.")
 
 

@@ -105,35 +105,42 @@ def prompts_from_validation(batch: int):
     return [np.asarray(p) for p in sample_prompts(val, batch, 64, seed=0).tokens]
 
 
-def _overhead_breakdown():
-    """This checkout's `overhead_breakdown`, also when another tree's specjax is imported
+def _load_here(name, folder=("specjax", "benchmark")):
+    """This checkout's module `folder/name.py`, also when another tree's specjax is imported
     (--compare_tree runs the child that measures the other tree's decoders that way)."""
     import importlib.util
 
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(_HERE, *folder, f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_{name}_here", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
-    def load(name):
-        path = os.path.join(here, "specjax", "benchmark", f"{name}.py")
-        spec = importlib.util.spec_from_file_location(f"_{name}_here", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up there
-        spec.loader.exec_module(module)
-        return module
 
+def _overhead_breakdown():
+    """This checkout's `overhead_breakdown`, also when another tree's specjax is imported."""
     # This checkout's timing harness (its runners donate their state: no copy of every cache
     # per timed run) and timers (the clock option), whichever specjax runs the decoders, so
-    # both trees are measured the same way.
-    costs, timing = load("costs"), load("timing")
-    name = "specjax.benchmark.costs"
-    saved = sys.modules.get(name)
-    sys.modules[name] = costs  # what overhead.py's `from ... import` binds
+    # both trees are measured the same way. They bind this checkout's argument checks too (an
+    # older tree's specjax.checks may lack them).
+    import importlib
+
+    for name in ("specjax.decoding", "specjax.decoding.prefill", "specjax.models.interface"):
+        importlib.import_module(name)  # first, so the running tree's modules bind its own checks
+    swapped = {"specjax.checks": _load_here("checks", ("specjax",))}
+    saved = {name: sys.modules.get(name) for name in ("specjax.checks", "specjax.benchmark.costs")}
+    sys.modules.update(swapped)  # what the modules' `from ... import` binds
     try:
-        module = load("overhead")
+        costs, timing = _load_here("costs"), _load_here("timing")
+        sys.modules["specjax.benchmark.costs"] = costs
+        module = _load_here("overhead")
     finally:
-        if saved is None:
-            del sys.modules[name]
-        else:
-            sys.modules[name] = saved
+        for name, old in saved.items():
+            if old is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = old
     module.interleaved, module.time_call = timing.interleaved, timing.time_call
     return module.overhead_breakdown
 
@@ -181,6 +188,10 @@ def compare_trees(argv, other: str, rounds: int = 2) -> None:
 
 
 def main(argv):
+    prepare_output = _load_here("script_checks").prepare_output  # this checkout's, see above
+    for flag, path in (("--json_out", _JSON_OUT.value), ("--markdown", _MARKDOWN.value)):
+        if path:
+            prepare_output(path, flag)  # before the measuring, not after it
     if _COMPARE.value:
         compare_trees(sys.argv, _COMPARE.value)
         return

@@ -69,10 +69,15 @@ def main(argv):
 
     from configs import sequoia2024 as seq_config
     from experiments.sequoia2024 import real
+    from specjax.benchmark.script_checks import prepare_output
     from specjax.benchmark.timing import interleaved, ratio_interval
     from specjax.decoding import loop, make_warper, summarize_stats
+    from specjax.pretrained import check_path
 
     start = time.perf_counter()
+    if FLAGS.out:
+        prepare_output(FLAGS.out, "--out", folder=True)  # before the timing, not after it
+    check_path(FLAGS.model, "--model")  # names the flag and the registered models
     specjax.configure_accelerator()  # float32 products on GPU/TPU
     acceptance = [float(x) for x in FLAGS.acceptance]
     config = seq_config.get_config("smollm2")

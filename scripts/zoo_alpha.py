@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import specjax  # noqa: E402
 from experiments import zoo  # noqa: E402
 from specjax.alpha import alpha_table  # noqa: E402
+from specjax.benchmark.script_checks import prepare_output  # noqa: E402
 from specjax.checkpoint import model_config_from_dict  # noqa: E402
 from specjax.data.corpora import load_corpus  # noqa: E402
 
@@ -40,6 +41,8 @@ OBJECTIVES = ("tv", "kl")
 
 def main(argv):
     del argv
+    if _JSON_OUT.value:
+        prepare_output(_JSON_OUT.value, "--json_out")  # before the measuring, not after it
     specjax.configure_cpu()  # before the first JAX computation
     logging.set_verbosity(logging.WARNING)  # orbax logs every restore at INFO
     corpus, target_size = _CORPUS.value, _TARGET.value
@@ -90,7 +93,6 @@ def main(argv):
     for name in drafts:
         print(f"{name:36s} {table[name]['alpha_t0']:9.3f} {table[name]['alpha_t1']:9.3f}")
     if _JSON_OUT.value:
-        os.makedirs(os.path.dirname(os.path.abspath(_JSON_OUT.value)), exist_ok=True)
         summary = {
             name: {
                 "params": model_config_from_dict(m["model"]).num_params(),

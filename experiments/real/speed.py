@@ -23,6 +23,7 @@ import numpy as np
 from specjax.benchmark.bandwidth import matvec_runner, params_bytes
 from specjax.benchmark.costs import call_runner, iteration_runner
 from specjax.benchmark.timing import interleaved, ratio_interval
+from specjax.checks import check_count
 from specjax.decoding import AutoregressiveDecoder, LookupDrafter, SpeculativeDecoder, make_warper
 from specjax.models import with_matmul
 from specjax.models.packed import KERNEL_ATTENTION_TOKENS
@@ -71,6 +72,13 @@ def speed_table(
       "call" ("T(k)" or "AR step"), "k", "ms", "over_floor", "over_floor_interval",
       "bytes_read", "gbs", "fraction_of_bandwidth"}], "rounds", "context", "cache_len"}.
     """
+    # Before the first program compiles: a bad count gave negative or nan times, not an error.
+    for k in ks:
+        check_count("each of ks", k)
+    check_count("context", context, low=0)
+    check_count("cache_len", cache_len)
+    check_count("steps", steps)
+    check_count("rounds", rounds)
     run_matvec, matvec_bytes = matvec_runner()
     weight_bytes = params_bytes(params)
     calls, meta = {"matvec": run_matvec}, {}

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax.benchmark.timing import Timing, time_call
+from specjax.checks import check_count
 from specjax.decoding import arguments, loop
 from specjax.decoding.prefill import prefill
 from specjax.decoding.trees.topology import tree_inputs
@@ -83,6 +84,8 @@ def _apply(model, params, state, tokens, num_new):
 
 def prefilled_state(model, params, batch: int, context: int, cache_len: int, seed: int = 0):
     """A model state holding `context` random tokens per row."""
+    check_count("batch", batch)
+    check_count("context", context, low=0)
     check_params((model,), (params,), ("params",))
     tokens = jax.random.randint(jax.random.PRNGKey(seed), (batch, context), 0, model.vocab_size)
     state = model.init_state(batch, cache_len)
@@ -109,10 +112,14 @@ def call_runner(
     The state is donated to each run (updated in place, as in the decoding loop) and the
     returned one kept for the next.
     """
-    if k < 1 or context + k > cache_len:
+    check_count("k", k)
+    check_count("batch", batch)
+    check_count("context", context, low=0)
+    check_count("cache_len", cache_len)
+    check_count("steps", steps)  # per-call times divide by it
+    if context + k > cache_len:
         raise ValueError(
-            f"need 1 <= k and context + k <= cache_len; got k={k}, "
-            f"context={context}, cache_len={cache_len}"
+            f"need context + k <= cache_len; got k={k}, context={context}, cache_len={cache_len}"
         )
     state = prefilled_state(model, params, batch, context, cache_len)
     tokens = jnp.zeros((batch, k), jnp.int32)
@@ -149,6 +156,7 @@ def call_cost(
     Returns:
       Timing whose median is seconds per single call.
     """
+    check_count("repeats", repeats)  # before the prefill compiles
     run = call_runner(
         model, params, k, batch=batch, context=context, cache_len=cache_len, steps=steps
     )
@@ -184,9 +192,11 @@ def tree_call_cost(
       Timing whose median is seconds per single call.
     """
     n = tree.num_nodes
-    if context < 1 or context + n > cache_len:
+    check_count("repeats", repeats)
+    check_count("context", context)
+    if context + n > cache_len:
         raise ValueError(
-            f"need 1 <= context and context + num_nodes <= cache_len; got num_nodes={n}, "
+            f"need context + num_nodes <= cache_len; got num_nodes={n}, "
             f"context={context}, cache_len={cache_len}"
         )
     run = call_runner(
@@ -222,6 +232,7 @@ def prefill_cost(
 
 def cost_curve(model, params, max_k: int, **kwargs) -> dict:
     """T(k) in seconds for k = 1..max_k (see `call_cost` for kwargs)."""
+    check_count("max_k", max_k)  # 0 or less: an empty curve
     return {k: call_cost(model, params, k, **kwargs).median for k in range(1, max_k + 1)}
 
 
@@ -277,6 +288,7 @@ def iteration_runner(decoder, params: tuple, prompts, *, steps: int = 32):
     step counter (the keys) and the statistics carry on across runs: a run returns the tokens
     emitted per row since the runner was made.
     """
+    check_count("steps", steps)  # per-iteration times divide by it
     params = arguments.check_decoder_params(decoder, tuple(params))
     state = loop_start(decoder, params, prompts)
     return _donating_runner(lambda s: _repeat_steps_donated(decoder, params, s, steps), state)
@@ -310,6 +322,7 @@ def iteration_cost(decoder, params: tuple, prompts, *, steps: int = 32, repeats:
     Returns:
       Timing whose median is seconds per iteration.
     """
+    check_count("repeats", repeats)  # before the prefill compiles
     run = iteration_runner(decoder, params, prompts, steps=steps)
     t = time_call(run, repeats=repeats)
     return Timing(t.median / steps, tuple(s / steps for s in t.samples))

@@ -26,6 +26,7 @@ from specjax.benchmark.timing import (
     mean_interval,
     time_call,
 )
+from specjax.checks import check_count
 from specjax.decoding import AutoregressiveDecoder, Proposal, arguments, loop
 from specjax.decoding.argmax import has_nan
 from specjax.decoding.state import emit
@@ -52,6 +53,7 @@ def piece_cost(piece, args, *, steps: int = 64, repeats: int = 5, clock=time.per
       repeats: timed loops.
       clock: wall time (default) or `time.process_time` (see `timing.time_call`).
     """
+    check_count("steps", steps)  # the time per call divides by it
     t = time_call(lambda: _repeat_piece(piece, args, steps), repeats=repeats, clock=clock)
     return t.median / steps
 
@@ -172,6 +174,9 @@ def overhead_breakdown(
       T_target(1), median over rounds) and "pieces": name -> seconds per
       iteration (piece cost × times it runs).
     """
+    check_count("context", context, low=0)  # clipped below from above only
+    check_count("steps", steps)
+    check_count("repeats", repeats)
     target_params, draft_params = params
     gamma, batch, cache_len = decoder.gamma, len(prompts), decoder.cache_len
     draft = decoder.drafter.model

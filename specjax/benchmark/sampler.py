@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from specjax.benchmark.overhead import _repeat_piece
 from specjax.benchmark.timing import interleaved
+from specjax.checks import check_count
 from specjax.decoding import sample_from_probs
 from specjax.decoding.argmax import first_argmax
 from specjax.decoding.categorical import default_block
@@ -60,6 +61,12 @@ def sampler_table(
       `jax.random.categorical` (one Gumbel per entry), `sample_from_probs` (two-level),
       `jnp.argmax` and `first_argmax`.
     """
+    for vocab in vocabs:
+        check_count("each of vocabs", vocab)
+    check_count("batch", batch)
+    if draws is not None:
+        check_count("draws", draws)  # the time per call divides by it
+    check_count("repeats", repeats)
     rows = []
     for vocab in vocabs:
         n = draws if draws is not None else max(500, 4_000_000 // vocab)

@@ -12,12 +12,15 @@ recomputes it from a stored row and `judge_speedup` compares a speedup with a pr
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
+
+from specjax.checks import check_count, is_real
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +47,9 @@ class Timing:
 
     @property
     def spread(self) -> float:
-        """(p90 - p10) / median: how noisy the measurement was."""
+        """(p90 - p10) / median: how noisy the measurement was (nan without samples)."""
+        if not self.samples:
+            return float("nan")
         lo, hi = np.percentile(self.samples, [10, 90])
         return float((hi - lo) / self.median) if self.median > 0 else 0.0
 
@@ -101,8 +106,10 @@ def interleaved(
 
     Returns:
       name -> Timing, with `cpu_samples` (process CPU seconds of the same rounds) and `output`
-      (the last round's output, or the last warm-up's with repeats=0).
+      (the last round's output).
     """
+    check_count("repeats", repeats)  # 0 rounds would give every call a nan median
+    check_count("warmup", warmup, low=0)
     last = {}
     for _ in range(warmup):
         for name, fn in calls.items():
@@ -122,6 +129,28 @@ def interleaved(
         n: Timing(float(np.median(s)), tuple(s), tuple(cpu[n]), last.get(n))
         for n, s in samples.items()
     }
+
+
+def _check_samples(name: str, samples, positive: bool = True):
+    """Refuses, naming `name`, samples (a float array, or name -> float arrays) with a value
+    that is not finite, or with `positive` (times) not > 0: a zero, negative or nan time turns
+    a ratio or interval into nan, or a verdict into a pass. Returns `samples`."""
+    table = samples if isinstance(samples, dict) else {None: samples}
+    bad = []
+    for key, a in table.items():
+        ok = np.isfinite(a) & (a > 0) if positive else np.isfinite(a)
+        if not np.all(ok):
+            bad += a[~ok][:3].tolist() if key is None else [key]
+    if bad:
+        what = "times must be finite and positive" if positive else "values must be finite"
+        raise ValueError(f"{name}: {what}; not so for {bad}")
+    return samples
+
+
+def _check_positive(name: str, value) -> None:
+    """Refuses, naming `name`, a value that is not a finite real number > 0."""
+    if not is_real(value) or not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a finite number > 0; got {value!r}")
 
 
 # Two-sided 95 % quantiles of Student's t by degrees of freedom 1..30 (beyond: 1.96).
@@ -147,6 +176,8 @@ def ratio_interval(numerator, denominator) -> tuple[float, float] | None:
     num, den = np.asarray(numerator, np.float64), np.asarray(denominator, np.float64)
     if num.shape != den.shape or num.ndim != 1:
         raise ValueError(f"need equal-length 1-D samples; got {num.shape} and {den.shape}")
+    _check_samples("numerator", num)
+    _check_samples("denominator", den)
     if num.size < 2:
         return None
     logs = np.log(num / den)
@@ -185,9 +216,7 @@ def held_out_fastest(samples: dict, folds: int = 2) -> tuple[list, list] | None:
     lengths = {a.shape for a in table.values()}
     if len(lengths) != 1 or len(next(iter(lengths))) != 1:
         raise ValueError(f"samples: need equal-length 1-D sequences; got shapes {lengths}")
-    bad = [name for name, a in table.items() if not np.all(np.isfinite(a) & (a > 0))]
-    if bad:
-        raise ValueError(f"samples: times must be finite and positive; not so for {bad}")
+    _check_samples("samples", table)
     rounds = next(iter(table.values())).size
     if rounds < folds:
         return None
@@ -203,8 +232,9 @@ def held_out_fastest(samples: dict, folds: int = 2) -> tuple[list, list] | None:
 
 
 def mean_interval(samples) -> tuple[float, float] | None:
-    """95 % interval of the mean of independent samples (Student's t); None with < 2."""
-    arr = np.asarray(samples, np.float64)
+    """95 % interval of the mean of independent samples (Student's t); None with < 2. The
+    samples must be finite (they may be negative: e.g. an overhead's share)."""
+    arr = _check_samples("samples", np.asarray(samples, np.float64), positive=False)
     if arr.size < 2:
         return None
     t = _T95[arr.size - 2] if arr.size - 1 <= len(_T95) else 1.96
@@ -213,8 +243,9 @@ def mean_interval(samples) -> tuple[float, float] | None:
 
 
 def coefficient_of_variation(samples) -> float:
-    """Sample standard deviation / mean of repeated timings (0 for a single sample)."""
-    arr = np.asarray(samples, np.float64)
+    """Sample standard deviation / mean of repeated timings (0 for a single sample); the
+    timings must be finite and positive."""
+    arr = _check_samples("samples", np.asarray(samples, np.float64))
     return float(arr.std(ddof=1) / arr.mean()) if arr.size > 1 and arr.mean() > 0 else 0.0
 
 
@@ -224,6 +255,8 @@ def speedup_interval(row: dict) -> tuple:
     round), else the recorded `speedup_low`, `speedup_high` ((None, None) if absent)."""
     ar, spec = row.get("ar_samples") or (), row.get("spec_samples") or ()
     if len(ar) >= 2 and len(ar) == len(spec):
+        _check_samples("row['ar_samples']", np.asarray(ar, np.float64))
+        _check_samples("row['spec_samples']", np.asarray(spec, np.float64))
         return ratio_interval(ar, spec)
     return row.get("speedup_low"), row.get("speedup_high")
 
@@ -244,6 +277,14 @@ def judge_speedup(speedup, low, high, predicted, tol: float = 0.10) -> dict:
       {"rel_err": speedup / predicted - 1 or None, "within_tol", "inside", "ok",
        "below_noise": the interval contains 1.0}.
     """
+    _check_positive("speedup", speedup)
+    for name, value in (("low", low), ("high", high), ("predicted", predicted)):
+        if value is not None:
+            _check_positive(name, value)
+    if low is not None and high is not None and low > high:
+        raise ValueError(f"low must be <= high; got low={low}, high={high}")
+    if not is_real(tol) or not (math.isfinite(tol) and tol >= 0):
+        raise ValueError(f"tol must be a finite number >= 0; got {tol!r}")
     rel_err = None if predicted is None else speedup / predicted - 1
     within = rel_err is not None and abs(rel_err) <= tol
     has_interval = low is not None and high is not None
