@@ -12,6 +12,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from experiments.real import speed
@@ -294,3 +295,24 @@ def test_scripts_name_an_unknown_model(tmp_path, script, extra):
     assert proc.returncode != 0
     assert "--model='nope-model' does not exist" in proc.stderr, proc.stderr[-3000:]
     assert "smollm2-135m-instruct" in proc.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(gammas=[]), "gammas must hold at least one"),  # returned [] after timing AR
+        (dict(gammas=[2, 0]), r"gammas\[1\] must be an integer >= 1; got 0"),
+        (dict(prompts=[]), "prompts must hold at least one prompt"),  # was an IndexError
+        (dict(batch_size=-1), "batch_size must be an integer >= 1; got -1"),
+        (dict(repeats=0), "repeats must be an integer >= 1; got 0"),
+    ],
+)
+def test_measure_walltime_refuses_before_timing(model, kwargs, match):
+    from specjax.benchmark.walltime import measure_walltime
+
+    m, p = model
+    kwargs = dict(kwargs)
+    prompts = kwargs.pop("prompts", [np.array([1, 2, 3])])
+    gammas = kwargs.pop("gammas", [2])
+    with pytest.raises(ValueError, match=match):
+        measure_walltime(m, p, m, p, prompts, make_warper(0), gammas, **kwargs)

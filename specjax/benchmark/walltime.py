@@ -22,7 +22,7 @@ import dataclasses
 
 import jax
 
-from specjax import theory
+from specjax import checks, theory
 from specjax.benchmark.costs import iteration_cost
 from specjax.benchmark.timing import coefficient_of_variation
 from specjax.benchmark.versus import versus_autoregressive
@@ -139,6 +139,22 @@ def measure_walltime(
     """
     if tokens_model not in ("iid", "positional"):
         raise ValueError(f"tokens_model must be 'iid' or 'positional', got {tokens_model!r}")
+    # Before any timing: an empty gammas returned [] after timing AR; empty prompts or a
+    # batch_size < 1 failed with an IndexError.
+    gammas = list(gammas)
+    if not gammas:
+        raise ValueError("gammas must hold at least one γ; got none")
+    for i, gamma in enumerate(gammas):
+        checks.check_count(f"gammas[{i}]", gamma)
+    if len(prompts) == 0:
+        raise ValueError("prompts must hold at least one prompt; got none")
+    for name, value in (
+        ("batch_size", batch_size),
+        ("max_new_tokens", max_new_tokens),
+        ("repeats", repeats),
+        ("iteration_steps", iteration_steps),
+    ):
+        checks.check_count(name, value)
     key = jax.random.PRNGKey(seed)
     batches = [prompts[i : i + batch_size] for i in range(0, len(prompts), batch_size)]
     ar = AutoregressiveDecoder(target, warper, cache_len=cache_len)
