@@ -140,8 +140,9 @@ LOGICAL_AXES = frozenset(name for name, _ in DEFAULT_RULES)
 
 
 def check_rules(mesh: Mesh, rules: Sequence[tuple], declared=None) -> None:
-    """Raises ValueError for a rule that is not a (logical axis, mesh axes) pair, a logical axis
-    given two rules (flax would use the first), or a mesh axis the mesh lacks.
+    """Raises ValueError for a rule that is not a (logical axis, mesh axes) pair, a rule that can
+    never apply (an earlier one for its axis maps to None or to the same mesh axes), or a mesh
+    axis the mesh lacks.
 
     Args:
       mesh: the Mesh.
@@ -150,7 +151,7 @@ def check_rules(mesh: Mesh, rules: Sequence[tuple], declared=None) -> None:
         to skip that check. A rule for another name is refused: a misspelt one ("kv_head")
         would leave its arrays whole without a word.
     """
-    seen = set()
+    earlier = {}  # logical axis -> the mesh axes of its earlier rules
     for rule in rules:
         if not (isinstance(rule, tuple) and len(rule) == 2 and isinstance(rule[0], str)):
             raise ValueError(
@@ -163,11 +164,17 @@ def check_rules(mesh: Mesh, rules: Sequence[tuple], declared=None) -> None:
                 f"rules: rule {rule!r} maps {logical!r} to {target!r}; give None, a mesh axis "
                 "name or a tuple of them"
             )
-        if logical in seen:
+        # Flax tries an axis's rules in order and takes the first whose mesh axes no other
+        # dimension of the array holds yet (MaxText's fallbacks). A later rule is dead where
+        # an earlier one always applies (None) or asks for the same mesh axes.
+        before = earlier.setdefault(logical, [])
+        if () in before or targets in before:
+            why = "None, which always applies" if () in before else "the same mesh axes"
             raise ValueError(
-                f"rules: logical axis {logical!r} has two rules; flax would use only the first"
+                f"rules: rule {rule!r} can never apply: an earlier rule for {logical!r} maps it "
+                f"to {why}"
             )
-        seen.add(logical)
+        before.append(targets)
         if declared is not None and logical not in declared:
             raise ValueError(
                 f"rules: rule {rule!r} names logical axis {logical!r}, which none of these "

@@ -143,8 +143,10 @@ def test_rules_must_name_mesh_axes():
     [
         # A misspelt logical axis would leave the KV heads whole, silently.
         ((("batch", "data"), ("kv_head", "model")), r"logical axis 'kv_head', which none"),
-        # flax takes the first of two rules for an axis; the second would be ignored.
-        ((("mlp", "model"), ("mlp", None)), "'mlp' has two rules"),
+        # A later rule for an axis is only tried when an earlier one's mesh axes are taken:
+        # after None, or the same axes, it can never apply.
+        ((("mlp", None), ("mlp", "model")), r"can never apply.*'mlp'.*None, which always"),
+        ((("mlp", "model"), ("mlp", "model")), r"can never apply.*the same mesh axes"),
         ((("batch", "data", "model"),), "pair"),
         (("batch",), "pair"),
         (((1, "data"),), "pair"),
@@ -156,6 +158,15 @@ def test_malformed_misspelt_or_repeated_rules_are_named(rules, message):
     mesh = abstract_mesh(4, 2)
     with pytest.raises(ValueError, match=message):
         sh.check_rules(mesh, rules, sh.declared_axes([tiny_llama()]))
+
+
+def test_fallback_rules_for_one_axis_are_kept_as_flax_applies_them():
+    # MaxText-style: `embed` on `model` where free, else on `data` (the vocab holds `model`).
+    rules = (("batch", "data"), ("vocab", "model"), ("embed", "model"), ("embed", "data"))
+    mesh = abstract_mesh(4, 2)
+    sh.check_rules(mesh, rules, sh.declared_axes([tiny_llama()]))
+    assert sh.logical_sharding(("vocab", "embed"), (16, 8), mesh, rules).spec == P("model", "data")
+    assert sh.logical_sharding(("embed", "mlp"), (8, 16), mesh, rules).spec == P("model", None)
 
 
 def test_declared_axes_are_specjaxs_own_and_the_models():
@@ -228,6 +239,8 @@ def test_sharded_decoder_checks_its_arguments():
         ShardedDecoder(decoder, mesh, rules="batch")
     # Lists (a config's JSON form) are taken as pairs.
     assert ShardedDecoder(decoder, mesh, rules=[["batch", "data"]]).rules == (("batch", "data"),)
+    both = ShardedDecoder(decoder, mesh, rules=[["batch", ["data", "model"]]])
+    assert both.rules == (("batch", ("data", "model")),)
     with pytest.raises(TypeError, match="replicate_draft must be True or False"):
         ShardedDecoder(decoder, mesh, replicate_draft="no")  # a truthy string
     sharded = ShardedDecoder(decoder, mesh)
