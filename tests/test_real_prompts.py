@@ -171,8 +171,14 @@ def test_a_file_not_in_utf8_is_named_by_line_and_line_ends_are_kept(tmp_path):
         + json.dumps({"task": "b", "text": "café"}, ensure_ascii=False).encode("latin-1")
         + b"\n"
     )
-    with pytest.raises(ValueError, match=r"latin1\.jsonl:2: not UTF-8 \(byte \d+\)"):
+    bad = latin.read_bytes().index(b"\xe9", len(good) + 1)  # the second line's é
+    with pytest.raises(ValueError, match=rf"latin1\.jsonl:2: not UTF-8 \(byte {bad}\)"):
         load_prompts(latin)
+    # With a byte-order mark (skipped), the byte and line still count in the file.
+    marked = tmp_path / "marked.jsonl"
+    marked.write_bytes(b"\xef\xbb\xbf" + latin.read_bytes())
+    with pytest.raises(ValueError, match=rf"marked\.jsonl:2: not UTF-8 \(byte {bad + 3}\)"):
+        load_prompts(marked)
     # Windows and old-Mac line ends split lines as before; a raw U+2028 inside a string does not.
     mixed = tmp_path / "mixed.jsonl"
     sep = json.dumps({"task": "c", "text": "one\u2028two"}, ensure_ascii=False)

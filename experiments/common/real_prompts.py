@@ -29,6 +29,7 @@ alternately (`alternate`); a measurement that takes n prompts takes them spread 
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import io
 import json
@@ -290,11 +291,13 @@ def load_prompts(path) -> tuple[Prompt, ...]:
     prompts, seen = [], set()
     with open(path, "rb") as f:
         data = f.read()
+    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0  # skipped
     try:
-        text = data.decode("utf-8-sig")  # -sig: a byte-order mark is skipped
+        text = data[bom:].decode("utf-8")
     except UnicodeDecodeError as e:  # named by line, like every other error of the file
-        line = data[: e.start].count(b"\n") + 1
-        _fail(f"{path}:{line}", f"not UTF-8 (byte {e.start}); save the file as UTF-8")
+        at = bom + e.start  # in the file, the mark included
+        line = data[:at].count(b"\n") + 1
+        _fail(f"{path}:{line}", f"not UTF-8 (byte {at}); save the file as UTF-8")
     # Lines as a text-mode file splits them (\n, \r\n, \r), not str.splitlines (U+2028 too).
     for number, line in enumerate(io.StringIO(text, newline=None), 1):
         if not line.strip():

@@ -73,6 +73,7 @@ def speed_table(
       "bytes_read", "gbs", "fraction_of_bandwidth"}], "rounds", "context", "cache_len"}.
     """
     # Before the first program compiles: a bad count gave negative or nan times, not an error.
+    ks = tuple(ks)  # read twice: a generator would be spent by the check
     for k in ks:
         check_count("each of ks", k)
     check_count("context", context, low=0)

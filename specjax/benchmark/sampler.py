@@ -61,6 +61,7 @@ def sampler_table(
       `jax.random.categorical` (one Gumbel per entry), `sample_from_probs` (two-level),
       `jnp.argmax` and `first_argmax`.
     """
+    vocabs = tuple(vocabs)  # read twice: a generator would be spent by the check
     for vocab in vocabs:
         check_count("each of vocabs", vocab)
     check_count("batch", batch)
