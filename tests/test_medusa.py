@@ -109,6 +109,10 @@ def test_medusa_greedy_equals_autoregressive_and_errors():
     tree = TreeSpeculativeDecoder(target, heads, TokenTree.from_branching((3, 2, 1)), T0,
                                   cache_len=48)  # fmt: skip
     assert isinstance(tree.drafter, MedusaTreeDrafter) and tree.drafter.deterministic
+    # The tree drafter's gamma is its N - 1 = 15 nodes (not the chain's bound of 4 heads).
+    tree.drafter.check_gamma(15)
+    with pytest.raises(ValueError, match="proposes num_nodes - 1 = 15 tokens; got gamma=4"):
+        tree.drafter.check_gamma(4)
     sp = tree.generate(tp, hp, prompts=prompts, key=key, max_new_tokens=20)
     for a, b in zip(ar.new_tokens(), sp.new_tokens(), strict=True):
         np.testing.assert_array_equal(a, b)

@@ -29,6 +29,7 @@ from specjax.decoding import (
     LookupDrafter,
     MedusaDrafter,
     PositionalGamma,
+    SpeculativeBeamDecoder,
     SpeculativeDecoder,
     TruncatedDrafter,
     make_warper,
@@ -131,3 +132,5 @@ def test_the_policy_must_be_a_policy():
     heads = TruncatedDrafter(MedusaDrafter(MedusaHeads(target, 2), T0), HeuristicGamma(), 3)
     with pytest.raises(ValueError, match="gamma=3 exceeds the 2 Medusa heads"):
         SpeculativeDecoder(target, heads, 3, T0)
+    with pytest.raises(ValueError, match="gamma=3 exceeds the 2 Medusa heads"):
+        SpeculativeBeamDecoder(target, heads, 3, 2)  # beam search asks the drafter too

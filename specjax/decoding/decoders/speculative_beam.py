@@ -57,7 +57,7 @@ from specjax.decoding.decoders.beam import (
     gather_rows,
     generate_beams,
 )
-from specjax.decoding.drafters.base import Verdict, is_drafter, proposal_nan
+from specjax.decoding.drafters.base import Verdict, check_gamma, is_drafter, proposal_nan
 from specjax.decoding.drafters.model import ModelDrafter
 from specjax.decoding.loop import LoopState
 from specjax.decoding.sampling import make_warper
@@ -124,6 +124,7 @@ class SpeculativeBeamDecoder(BeamSteps):
         check_vocab(self.target, self.draft)
         if self.branching and not is_drafter(self.draft):  # the draft's own top-k tree
             check_top_k_children(self.topology, self.draft.vocab_size, "speculative beam search")
+        check_gamma(self.drafter, self.gamma)
         resolve_cache_len(self)
 
     @property

@@ -21,7 +21,7 @@ import numpy as np
 
 from specjax.decoding import arguments
 from specjax.decoding.decoders.steps import SpeculativeSteps
-from specjax.decoding.drafters.base import feature_layers, is_drafter
+from specjax.decoding.drafters.base import check_gamma, feature_layers, is_drafter
 from specjax.decoding.drafters.feature_heads import check_feature_target
 from specjax.decoding.prefill import target_features
 from specjax.decoding.rules.point_mass import tree_point_mass_accept
@@ -119,6 +119,7 @@ class TreeSpeculativeDecoder(SpeculativeSteps):
         if self.children not in CHILDREN_MODES:
             raise ValueError(f"children must be one of {CHILDREN_MODES}; got {self.children!r}")
         check_feature_target(self.target, self.drafter)
+        check_gamma(self.drafter, self.lookahead)
         arguments.resolve_cache_len(self)
 
     @property

@@ -55,14 +55,19 @@ class MedusaTreeDrafter(MedusaDrafter):
         """True when children are the heads' top-k (point masses)."""
         return top_k_children(self.children, self.warper)
 
+    def check_gamma(self, gamma: int) -> None:
+        """Raises ValueError unless gamma is the tree's N - 1 nodes (not the chain's bound on
+        the heads, which the tree's depth already meets)."""
+        if gamma != self.tree.num_nodes - 1:
+            raise ValueError(
+                f"a MedusaTreeDrafter proposes num_nodes - 1 = {self.tree.num_nodes - 1} tokens; "
+                f"got gamma={gamma}"
+            )
+
     def propose(self, params, state: MedusaState, seq: Sequences, key, gamma: int) -> Proposal:
         """Nodes 1..N-1: tokens [batch, N - 1], probs [batch, N - 1, vocab] or None."""
         tree = self.tree
-        if gamma != tree.num_nodes - 1:
-            raise ValueError(
-                f"a MedusaTreeDrafter proposes num_nodes - 1 = {tree.num_nodes - 1} tokens; "
-                f"got gamma={gamma}"
-            )
+        self.check_gamma(gamma)
         del seq
         target_params, head_params = params
         logits = self.heads.logits(target_params, head_params, state.last)  # [batch, K, vocab]
