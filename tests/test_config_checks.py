@@ -10,6 +10,7 @@ import math
 import pathlib
 
 import ml_collections
+import numpy as np
 import pytest
 
 from experiments.common.config_checks import check_config
@@ -95,6 +96,10 @@ def test_fields_of_other_meanings_are_left_alone():
     # and `stop_at_step` are 0 by default; None means "unset" for the scalar fields. (top_k and
     # top_p are the generate mode's own, checked there with its messages.)
     check_config(_config(sizes=(1, 2), max_depth=0, stop_at_step=0, gamma=None))
+
+
+def test_numpy_numbers_pass_as_python_ones():
+    check_config(_config(learning_rate=np.float32(1e-3), noise=np.float64(0.1), repeats=3))
 
 
 def test_heads_prompts_zero_is_named_as_its_nested_field():

@@ -17,6 +17,8 @@ import math
 
 import ml_collections
 
+from specjax import checks
+
 # Fields that are counts of at least one: timed rounds, tokens, prompts.
 POSITIVE_INTS = frozenset(
     {
@@ -73,7 +75,7 @@ def _check_field(name: str, key: str, value) -> None:
             raise ValueError(f"{name} = {value!r}: must give at least one prompt")
     elif key in POSITIVE_REALS | NONNEGATIVE_REALS and value is not None:
         low = "> 0" if key in POSITIVE_REALS else ">= 0"
-        real = isinstance(value, (int, float)) and not isinstance(value, bool)
+        real = checks.is_real(value)  # NumPy scalars too; not bools
         if not real or not math.isfinite(value) or value < 0 or (value == 0 and low == "> 0"):
             raise ValueError(f"{name} = {value!r}: must be a finite number {low}")
     elif key in NAME_LISTS:

@@ -88,11 +88,12 @@ def check(c, name: str = "config") -> None:
 
 
 def _is_fraction(text: str) -> bool:
+    """Whether `text` is a threshold ConfidenceGamma takes (its own check decides)."""
     try:
-        value = float(text)
-    except ValueError:
+        ConfidenceGamma(float(text))
+    except ValueError:  # not a number, or outside the policy's range
         return False
-    return 0 < value < 1
+    return True
 
 
 def needs_iteration_costs(policies) -> bool:
