@@ -119,14 +119,23 @@ def mesh_from_config(mesh_config, devices=None) -> Mesh:
     return make_mesh(tuple(mesh_config.shape), tuple(mesh_config.axes), devices)
 
 
+def as_rule(rule):
+    """A rule given as lists (a config's JSON form: ["batch", ["data", "model"]]) as the tuples
+    flax reads; anything else unchanged, for `check_rules` to name."""
+    if isinstance(rule, list | tuple) and len(rule) == 2:
+        logical, target = rule
+        return (logical, tuple(target) if isinstance(target, list) else target)
+    return tuple(rule) if isinstance(rule, list) else rule
+
+
 def rules_from_config(mesh_config) -> tuple:
     """The config's logical-axis rules as a hashable tuple of (logical, mesh axis or None)."""
     rules = []
     for rule in mesh_config.logical_axis_rules:
         if len(rule) != 2:
             raise ValueError(f"a logical axis rule is (logical_name, mesh_axis), got {rule!r}")
-        logical, target = rule
-        rules.append((str(logical), tuple(target) if isinstance(target, list) else target))
+        logical, target = as_rule(rule)
+        rules.append((str(logical), target))
     return tuple(rules)
 
 

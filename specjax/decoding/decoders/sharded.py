@@ -79,7 +79,7 @@ class ShardedDecoder:
             raise TypeError(
                 f"rules must be a sequence of (logical axis, mesh axes) pairs, got {self.rules!r}"
             )
-        rules = tuple(_as_rule(r) for r in self.rules)
+        rules = tuple(sh.as_rule(r) for r in self.rules)
         object.__setattr__(self, "rules", rules)
         sh.check_rules(self.mesh, rules)
         if any(name not in sh.LOGICAL_AXES for name, _ in rules):  # only then trace the models
@@ -236,15 +236,6 @@ class ShardedDecoder:
                 f"{type(self.decoder).__name__} takes params for {len(self.models)} model(s), "
                 f"got {len(model_params)}"
             )
-
-
-def _as_rule(rule):
-    """A rule given as lists (a config's JSON form: ["batch", ["data", "model"]]) as the tuples
-    flax reads; anything else unchanged, for `check_rules` to name."""
-    if isinstance(rule, list | tuple) and len(rule) == 2:
-        name, target = rule
-        return (name, tuple(target) if isinstance(target, list) else target)
-    return tuple(rule) if isinstance(rule, list) else rule
 
 
 def _is_placed(params, shardings) -> bool:
