@@ -7,6 +7,8 @@ and are skipped for tracers, where a host sync would break the no-host-sync rule
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,6 +36,21 @@ def is_real(x) -> bool:
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(
         x, (bool, np.bool_)
     )
+
+
+def is_finite_real(x, *, above_zero: bool = False) -> bool:
+    """A finite Python or NumPy real number >= 0 (> 0 with `above_zero`), not a bool."""
+    if not is_real(x) or not math.isfinite(x) or x < 0:
+        return False
+    return x > 0 or not above_zero
+
+
+def check_finite_real(name: str, value, *, above_zero: bool = True) -> None:
+    """Refuses, naming `name`, a value that is not a finite real number > 0 (>= 0 with
+    `above_zero=False`): a time, a rate, a tolerance."""
+    if not is_finite_real(value, above_zero=above_zero):
+        bound = "> 0" if above_zero else ">= 0"
+        raise ValueError(f"{name} must be a finite number {bound}; got {value!r}")
 
 
 def check_count(name: str, value, low: int = 1, high: int | None = None) -> None:

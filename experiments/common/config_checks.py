@@ -75,8 +75,7 @@ def _check_field(name: str, key: str, value) -> None:
             raise ValueError(f"{name} = {value!r}: must give at least one prompt")
     elif key in POSITIVE_REALS | NONNEGATIVE_REALS and value is not None:
         low = "> 0" if key in POSITIVE_REALS else ">= 0"
-        real = checks.is_real(value)  # NumPy scalars too; not bools
-        if not real or not math.isfinite(value) or value < 0 or (value == 0 and low == "> 0"):
+        if not checks.is_finite_real(value, above_zero=key in POSITIVE_REALS):
             raise ValueError(f"{name} = {value!r}: must be a finite number {low}")
     elif key in NAME_LISTS:
         if not isinstance(value, (tuple, list)) or not value:

@@ -12,7 +12,6 @@ recomputes it from a stored row and `judge_speedup` compares a speedup with a pr
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from specjax.checks import check_count, is_real
+from specjax.checks import check_count, check_finite_real
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,12 +146,6 @@ def _check_samples(name: str, samples, positive: bool = True):
     return samples
 
 
-def _check_positive(name: str, value) -> None:
-    """Refuses, naming `name`, a value that is not a finite real number > 0."""
-    if not is_real(value) or not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a finite number > 0; got {value!r}")
-
-
 # Two-sided 95 % quantiles of Student's t by degrees of freedom 1..30 (beyond: 1.96).
 _T95 = (
     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
@@ -277,14 +270,13 @@ def judge_speedup(speedup, low, high, predicted, tol: float = 0.10) -> dict:
       {"rel_err": speedup / predicted - 1 or None, "within_tol", "inside", "ok",
        "below_noise": the interval contains 1.0}.
     """
-    _check_positive("speedup", speedup)
+    check_finite_real("speedup", speedup)
     for name, value in (("low", low), ("high", high), ("predicted", predicted)):
         if value is not None:
-            _check_positive(name, value)
+            check_finite_real(name, value)
     if low is not None and high is not None and low > high:
         raise ValueError(f"low must be <= high; got low={low}, high={high}")
-    if not is_real(tol) or not (math.isfinite(tol) and tol >= 0):
-        raise ValueError(f"tol must be a finite number >= 0; got {tol!r}")
+    check_finite_real("tol", tol, above_zero=False)
     rel_err = None if predicted is None else speedup / predicted - 1
     within = rel_err is not None and abs(rel_err) <= tol
     has_interval = low is not None and high is not None
