@@ -26,6 +26,7 @@ from specjax.benchmark.timing import (
     mean_interval,
     ratio_interval,
     speedup_interval,
+    time_call,
 )
 from specjax.decoding import AutoregressiveDecoder, SpeculativeDecoder, TokenTree, make_warper
 from specjax.testing import tiny_llama
@@ -140,6 +141,22 @@ def test_interleaved_refuses_no_rounds(repeats):
     assert not ran  # refused before the warm-up
     with pytest.raises(ValueError, match="warmup must be an integer >= 0; got -1"):
         interleaved({"a": lambda: 0.0}, repeats=2, warmup=-1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (dict(repeats=0), ValueError, "repeats must be an integer >= 1; got 0"),
+        (dict(repeats=True), TypeError, "repeats must be an integer; got True"),
+        (dict(repeats=2.5), TypeError, "repeats must be an integer; got 2.5"),
+        (dict(warmup=-1), ValueError, "warmup must be an integer >= 0; got -1"),
+    ],
+)
+def test_time_call_names_bad_counts_before_calling(kwargs, error, match):
+    ran = []
+    with pytest.raises(error, match=match):
+        time_call(lambda: ran.append(1), **kwargs)
+    assert not ran
 
 
 def test_spread_without_samples_is_nan():

@@ -69,8 +69,8 @@ def time_call(
     Returns:
       Timing of the timed calls, with the last call's `output`.
     """
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    check_count("repeats", repeats)  # 0 timed calls would give a nan median
+    check_count("warmup", warmup, low=0)
     for _ in range(warmup):
         jax.block_until_ready(fn(*args))
     samples = []
