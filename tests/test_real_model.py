@@ -121,7 +121,8 @@ def test_prompt_lookup_speculative_equals_autoregressive(smollm2, reference, ar_
 
 def test_eagle_head_speculative_equals_autoregressive(smollm2, reference, ar_run):
     """The feature seam on the real target (its packed layout and CPU kernels): an untrained
-    EAGLE-1 head drafts from the target's hidden states, and greedy output is AR's exactly.
+    EAGLE-1 head, in the packed layout too, drafts from the target's hidden states, and greedy
+    output is AR's exactly.
 
     γ = 2, not the Pipeline's 4: the head still drafts a chain (two head steps, a three-token
     verification) and an untrained head's drafts are rejected either way, so each extra drafted
@@ -132,10 +133,10 @@ def test_eagle_head_speculative_equals_autoregressive(smollm2, reference, ar_run
 
     model, params, tok = smollm2
     _, ar = ar_run
-    head = EagleHead(model)
-    pipe = specjax.Pipeline(
-        model, params, head, head.init_params(jax.random.PRNGKey(0)), tokenizer=tok
-    )
+    head = EagleHead(model)  # trained in the xla layout, decoding in the target's (packed)
+    head, head_params = head.with_matmul(head.init_params(jax.random.PRNGKey(0)), "packed")
+    assert model.config.matmul == "packed"
+    pipe = specjax.Pipeline(model, params, head, head_params, tokenizer=tok)
     start = time.perf_counter()
     out = pipe.chat([p["messages"] for p in reference["prompts"]], _spec_budget(reference), gamma=2)
     print(f"\nEAGLE-1 program, compile included: {time.perf_counter() - start:.1f} s")

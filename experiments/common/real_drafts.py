@@ -211,6 +211,8 @@ def build_drafts(
                     drafts[name] = head.decode_model(head_params, params, draft_ids=ids)
             continue
         eagle = isinstance(head, EagleHead)
+        if eagle:  # trained in the xla layout; decodes in the target's (packed on the CPU)
+            head, head_params = head.with_matmul(head_params, model.config.matmul)
         kind = ("EAGLE-3" if head.feature_layers else "EAGLE-1") if eagle else "Medusa"
         named = {f"{kind} ({label})": None}
         for branching in trees if eagle else ():

@@ -26,7 +26,9 @@ def _builders(target, target_params, gamma: int, layers: int, cache_len: int) ->
     """name -> (make(unroll, warper) -> decoder, draft params)."""
     draft, draft_params = truncated(target, target_params, layers)
     head = EagleHead(target)
-    head_params = head.init_params(jax.random.PRNGKey(0))
+    head, head_params = head.with_matmul(
+        head.init_params(jax.random.PRNGKey(0)), target.config.matmul
+    )
 
     def chain(unroll, warper, policy=None):
         return SpeculativeDecoder(

@@ -15,6 +15,11 @@ equal a target feature: while drafting it feeds its own output a_{t+1} where g_{
 and training-time test trains it that way (`training/eagle3.py`). So true features enter
 through `fuse_features` (identity for EAGLE-1) and predicted ones go in as they are.
 
+Layouts: a head trains in the "xla" layout (flax's Dense, XLA's dots). For decoding on the CPU,
+`head.with_matmul(params, "packed")` gives the same head in the packed layout of specjax's kernels
+(`models/packed.py`): its block, fc, fuse and own output layer stream their weights as the
+target's do, which makes a draft step of SmolLM2's EAGLE-3 head about a third cheaper.
+
 The head is a model in the `models/interface.py` sense only partly: it is fed (features, token
 embeddings) rather than tokens, so it has `forward_features` instead of `apply`. Its drafter is
 `decoding/drafters/eagle.py`'s `EagleDrafter`; its training is `training/eagle.py`.
@@ -28,19 +33,21 @@ import functools
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from specjax import checks
-from specjax.models.config import TransformerConfig
+from specjax import checks, kernels
+from specjax.models.config import MATMULS, TransformerConfig
 from specjax.models.draft_vocab import check_draft_ids, column_subset, full_rows, target_columns
 from specjax.models.interface import causal_mask, chain_positions, init_params
 from specjax.models.kv_cache import KVCache, init_kv_cache
+from specjax.models.packed import PackedBlock, PackedWeights, packed_block_params, xla_block_params
 from specjax.models.transformer import Block
 
 
 class EagleHeadModule(nn.Module):
     """fc(concat(embed, feature)) -> one decoder block -> predicted next feature."""
 
-    config: TransformerConfig  # the head's: the target's block shape, one layer, "xla" layout
+    config: TransformerConfig  # the head's: the target's block shape, one layer
 
     @nn.compact
     def __call__(self, features, embeds, num_new, cache: KVCache, positions=None, mask=None):
@@ -64,21 +71,26 @@ class EagleHeadModule(nn.Module):
         if mask is None:
             mask = causal_mask(positions, cache.max_len)
         x = jnp.concatenate([embeds, features], axis=-1).astype(cfg.compute_dtype)
-        x = nn.Dense(
-            cfg.embed_dim,
-            use_bias=True,
-            dtype=cfg.compute_dtype,
-            param_dtype=cfg.weights_dtype,
-            kernel_init=nn.initializers.normal(0.02),
-            name="fc",
-        )(x)  # [batch, T, embed]
+        if cfg.matmul == "packed":
+            kernel, bias = PackedWeights(cfg, 2 * cfg.embed_dim, cfg.embed_dim, True, name="fc")()
+            x = kernels.fused_matmul(x, kernel, cfg.embed_dim, bias=bias).astype(x.dtype)
+        else:
+            x = nn.Dense(
+                cfg.embed_dim,
+                use_bias=True,
+                dtype=cfg.compute_dtype,
+                param_dtype=cfg.weights_dtype,
+                kernel_init=nn.initializers.normal(0.02),
+                name="fc",
+            )(x)  # [batch, T, embed]
         if cfg.positions == "learned":
             table = self.param(
                 "pos_embed", nn.initializers.normal(0.01), (cfg.max_len, cfg.embed_dim),
                 cfg.weights_dtype,
             )  # fmt: skip
             x = x + jnp.take(table, jnp.minimum(positions, cfg.max_len - 1), axis=0).astype(x.dtype)
-        x, k, v = Block(cfg, name="block_0")(
+        block = PackedBlock if cfg.matmul == "packed" else Block
+        x, k, v = block(cfg, name="block_0")(
             x, positions, mask, cache.keys[0], cache.values[0], starts
         )
         new_cache = KVCache((k,), (v,), starts + num_new.astype(jnp.int32))
@@ -95,7 +107,8 @@ class EagleHead:
         target blocks (0-based) whose output residual streams it reads and fuses (EAGLE-3:
         low, middle, high; `eagle3_layers(num_layers)`), param "fuse" [len * embed, embed].
       config: the head's config; None (the default): the target's block shape with one layer,
-        in the "xla" layout (trainable: the packed layout is an inference format).
+        in the "xla" layout (trainable). `with_matmul` gives the packed layout, for decoding
+        with specjax's CPU kernels (params "fuse" and "lm_head" are then packed too).
       draft_ids: None: q over the full vocabulary through the target's output layer (EAGLE-1).
         Else a reduced draft vocabulary (EAGLE-3's): sorted distinct token ids, and the head
         has its own output layer over them, param "lm_head" [embed, N] (start it from the
@@ -171,17 +184,64 @@ class EagleHead:
         if self.feature_layers:  # variance-preserving for a sum of len(layers) * embed inputs
             shape = (self.feature_dim, h)
             fuse = jax.random.normal(jax.random.fold_in(key, 2), shape) / self.feature_dim**0.5
-            params["fuse"] = fuse.astype(self.config.weights_dtype)
+            params["fuse"] = self._lay_out(fuse.astype(self.config.weights_dtype))
         if self.draft_ids is not None:
             shape = (h, len(self.draft_ids))
-            params["lm_head"] = 0.02 * jax.random.normal(jax.random.fold_in(key, 1), shape)
+            lm_head = 0.02 * jax.random.normal(jax.random.fold_in(key, 1), shape)
+            params["lm_head"] = self._lay_out(lm_head)
         return params
+
+    @property
+    def packed(self) -> bool:
+        """Whether the head is in the packed layout (`with_matmul`)."""
+        return self.config.matmul == "packed"
+
+    def _lay_out(self, kernel):
+        """A [in, out] matrix in this head's layout (packed: [ceil(out / 8), in, 8])."""
+        return kernels.pack(kernel, jnp) if self.packed else kernel
+
+    def _matmul(self, x, kernel, n: int) -> jax.Array:
+        """float32 x @ kernel ([in, n], or packed) in this head's layout."""
+        x = x.astype(jnp.float32)
+        if self.packed:
+            return kernels.packed_matmul(x, kernel.astype(jnp.float32), n)
+        return x @ kernel.astype(jnp.float32)
+
+    def with_matmul(self, params, matmul: str) -> tuple:
+        """(head, params) in the weight layout `matmul` ("xla" or "packed"): the same function,
+        its matrices re-laid out (block_0, fc, fuse, lm_head; the norms and biases as they are).
+
+        Train in "xla" and decode in "packed" on the CPU, where specjax's kernels stream the
+        weights (`models/packed.py`); off the CPU the packed layout runs its XLA reference.
+        Returns (self, params) when the head already has that layout."""
+        if matmul not in MATMULS:
+            raise ValueError(f"matmul must be one of {MATMULS}, got {matmul!r}")
+        if matmul == self.config.matmul:
+            return self, params
+        head = dataclasses.replace(self, config=self.config.replace(matmul=matmul))
+        xp = np if all(isinstance(x, np.ndarray) for x in jax.tree.leaves(params)) else jnp
+        widths = {"fc": self.embed_dim, "fuse": self.embed_dim}  # output columns of each matrix
+        widths["lm_head"] = len(self.draft_ids or ())
+
+        def relay(name, kernel):
+            if matmul == "packed":
+                return kernels.pack(kernel, xp)
+            return kernels.unpack(kernel, widths[name], xp)
+
+        to_layout = packed_block_params if matmul == "packed" else xla_block_params
+        out = dict(params, block_0=to_layout(head.config, params["block_0"], xp))
+        out["fc"] = dict(params["fc"], kernel=relay("fc", params["fc"]["kernel"]))
+        for name in ("fuse", "lm_head"):
+            if name in params:
+                out[name] = relay(name, params[name])
+        return head, out
 
     def with_target_columns(self, params, target_params) -> dict:
         """`params` with "lm_head" set to the target's output layer at `draft_ids` (a start)."""
         if self.draft_ids is None:
             return params
-        return dict(params, lm_head=target_columns(self.target, target_params, self.draft_ids))
+        columns = target_columns(self.target, target_params, self.draft_ids)
+        return dict(params, lm_head=self._lay_out(columns))
 
     def restricted(self, params, ids) -> tuple:
         """(head, params) drafting over `ids` only, a subset of `draft_ids`: the same trained
@@ -193,13 +253,18 @@ class EagleHead:
             raise ValueError("restricted: this head drafts over the full vocabulary (no draft_ids)")
         head = dataclasses.replace(self, draft_ids=ids)  # checked as any draft_ids are
         cols = column_subset(self.draft_ids, head.draft_ids)
-        return head, dict(params, lm_head=jnp.asarray(params["lm_head"])[:, cols])
+        lm_head = jnp.asarray(params["lm_head"])
+        if self.packed:
+            lm_head = kernels.unpack(lm_head, len(self.draft_ids), jnp)
+        return head, dict(params, lm_head=head._lay_out(lm_head[:, cols]))
 
     def fuse_features(self, params, features) -> jax.Array:
         """The head's input from true target features: [..., feature_dim] -> [..., embed]
         (EAGLE-3: the fused layers; EAGLE-1: the final hidden state as it is)."""
         if not self.feature_layers:
             return features
+        if self.packed:
+            return self._matmul(features, params["fuse"], self.embed_dim).astype(features.dtype)
         return features.astype(params["fuse"].dtype) @ params["fuse"]
 
     def forward_features(
@@ -217,8 +282,14 @@ class EagleHead:
         or with `draft_ids` the head's own over them and -inf elsewhere (q = 0 there)."""
         if self.draft_ids is None:
             return self.target.unembed(target_params, features)
-        sub = features.astype(jnp.float32) @ head_params["lm_head"].astype(jnp.float32)
-        return full_rows(sub, self.draft_ids, self.vocab_size)
+        return full_rows(self.draft_logits(head_params, features), self.draft_ids, self.vocab_size)
+
+    def draft_logits(self, head_params, features) -> jax.Array:
+        """float32 [..., N] logits over the N `draft_ids` alone (a head with a draft vocabulary):
+        column j is token draft_ids[j]."""
+        if self.draft_ids is None:
+            raise ValueError("draft_logits: this head drafts over the full vocabulary")
+        return self._matmul(features, head_params["lm_head"], len(self.draft_ids))
 
 
 def eagle3_layers(num_layers: int) -> tuple:

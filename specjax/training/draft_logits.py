@@ -17,3 +17,12 @@ def draft_logits(head, head_params, target_params, target, pred, columns):
         p_logits = jax.lax.stop_gradient(head.target.unembed(target_params, target))
         return p_logits, head.target.unembed(target_params, pred)  # [..., V]
     return jax.lax.stop_gradient(target @ columns), pred @ columns
+
+
+def check_trainable(head) -> None:
+    """ValueError for an EagleHead in the packed layout: that layout is for decoding."""
+    if getattr(head, "packed", False):
+        raise ValueError(
+            "head: this EagleHead is in the packed layout, which is for decoding; train the "
+            "head in the xla layout (head.with_matmul(params, 'xla')), then convert its params"
+        )

@@ -21,7 +21,7 @@ import numpy as np
 import optax
 
 from specjax.models.draft_vocab import target_columns
-from specjax.training.draft_logits import draft_logits
+from specjax.training.draft_logits import check_trainable, draft_logits
 from specjax.training.features import FeatureData
 
 
@@ -139,6 +139,7 @@ def eagle_loss(
         step's cost on CPU; a head with `draft_ids` must get its ids' columns, and its q is its
         own "lm_head"). The metrics top1/alpha1 are then over those N tokens.
     """
+    check_trainable(head)
     feats, tokens, w = batch["features"], batch["tokens"], batch["weight"]
     batch_size, seq_len, _ = feats.shape
     inputs = feats[:, :-1] + noise * (jax.random.uniform(key, feats[:, :-1].shape) - 0.5)

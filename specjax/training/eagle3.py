@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.models.kv_cache import rollback
-from specjax.training.draft_logits import draft_logits
+from specjax.training.draft_logits import check_trainable, draft_logits
 
 DECAY = 0.8  # EAGLE-3's step weight
 
@@ -100,6 +100,7 @@ def eagle3_loss(head, head_params, target_params, batch, *, steps: int, columns=
     Metrics: loss, ce (step 0), top1 (step 0), alpha1 (step 0's sum_x min(p, q)), and
     alpha_last (the last step's: a chain's (steps)-th draft on the head's own features).
     """
+    check_trainable(head)
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     if "layers" not in batch:

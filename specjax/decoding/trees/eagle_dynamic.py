@@ -64,7 +64,7 @@ class EagleDynamicTreeDrafter(EagleDrafter):
         target_params, head_params = params
         ids = self.head.draft_ids
         if ids is not None and k <= len(ids) and not self.parent_q:
-            sub = feats.astype(jnp.float32) @ head_params["lm_head"].astype(jnp.float32)
+            sub = self.head.draft_logits(head_params, feats)  # [..., N]
             log_q = jnp.minimum(jax.nn.log_softmax(sub, axis=-1), 0.0)
             scores, index = jax.lax.top_k(log_q, k)
             return scores, jnp.asarray(ids, jnp.int32)[index], None
