@@ -53,7 +53,9 @@ flags.DEFINE_integer(
 flags.DEFINE_integer(
     "head_vocab", 8192, "the head_layout part's EAGLE-3 draft vocabulary", lower_bound=1
 )
-flags.DEFINE_list("temperatures", ["0", "1"], "temperatures of the drafts, unroll and head_layout parts")
+flags.DEFINE_list(
+    "temperatures", ["0", "1"], "temperatures of the drafts, unroll and head_layout parts"
+)
 flags.DEFINE_integer("gamma", 4, "drafted tokens per iteration")
 flags.DEFINE_integer("max_new_tokens", 64, "tokens per prompt (drafts, hf)")
 flags.DEFINE_integer(
