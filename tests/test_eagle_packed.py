@@ -140,3 +140,30 @@ def test_training_refuses_the_packed_layout(heads, target):
             packed, packed_params, tp, batch, jax.random.PRNGKey(0),
             noise=0.0, ce_weight=0.1, columns=None, ttt_steps=1,
         )  # fmt: skip
+
+
+def test_a_gpt2_family_head_converts_exactly_and_computes_the_same():
+    """GPT-2's block (LayerNorm with biases, GELU, learned positions) in the packed layout."""
+    from specjax.models import TransformerConfig, TransformerLM
+
+    cfg = TransformerConfig.gpt2(VOCAB, num_layers=2, embed_dim=EMBED, num_heads=2, max_len=32)
+    model = TransformerLM(cfg)
+    model, tp = with_matmul(model, model.init_params(jax.random.PRNGKey(3)), "packed")
+    head = EagleHead(model, draft_ids=tuple(range(0, VOCAB, 3)), feature_layers=(0, 1))
+    params = head.init_params(jax.random.PRNGKey(4))
+    params = jax.tree.map(lambda x: x + 0.1 * jnp.ones_like(x) if x.ndim == 1 else x, params)
+    packed, packed_params = with_matmul(head, params, "packed")  # handed to the head's own
+    assert packed.packed
+    back = packed.with_matmul(packed_params, "xla")[1]
+    for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(params), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    feats = jax.random.normal(jax.random.PRNGKey(6), (1, 4, head.feature_dim))
+    embeds = jax.random.normal(jax.random.PRNGKey(7), (1, 4, head.embed_dim))
+    outs = []
+    for h, p in ((head, params), (packed, packed_params)):
+        x = h.fuse_features(p, feats)
+        pred, _ = h.forward_features(p, h.init_state(1, 8), x, embeds, jnp.array([4]))
+        outs.append((x, pred, h.draft_logits(p, pred)))
+    for a, b in zip(outs[1], outs[0], strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert _rel_rows(a, b) < 1e-4

@@ -27,6 +27,7 @@ def test_head_layout_table_rows_and_tokens():
     ]
     for r in rows:
         assert r["same_tokens"], r
+        assert r["packed_iterations"] == r["iterations"]  # the same tokens at t = 0
         assert 2 <= r["iterations"] <= 8  # 4 tokens per prompt, at least one per iteration
         assert r["xla_ms"] > 0 and r["packed_ms"] > 0 and r["interval"] is not None
         assert math.isclose(r["break_even_packed"] / r["break_even_xla"], r["ratio"])

@@ -55,6 +55,11 @@ def test_interrupted_run_resumes_bit_identical(tiny, tmp_path):
     resumed, summary = train_head(head, params, data, b, log=lambda s: None, **SETTINGS)
     assert summary["steps"] == 24 and _equal(whole, resumed)
     assert _equal(load_head_params(str(tmp_path / "a"), head), whole)
+    packed, packed_whole = head.with_matmul(whole, "packed")  # saved xla, asked for packed
+    assert _equal(load_head_params(str(tmp_path / "a"), packed), packed_whole)
+    with pytest.raises(ValueError, match="head: this EagleHead is in the packed layout"):
+        train_head(packed, params, data, str(tmp_path / "p"), log=lambda s: None, **SETTINGS)
+    assert not os.path.exists(tmp_path / "p")  # refused before the run directory is made
 
     c = str(tmp_path / "c")
     train_head(head, params, data, c, log=lambda s: None, stop_after=16, **SETTINGS)

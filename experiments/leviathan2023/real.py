@@ -166,6 +166,9 @@ def measure_table2(
 
 
 def _num_params(draft, draft_params) -> int:
+    """The draft's parameter count (a packed head's without its layout's zero padding)."""
+    if getattr(draft, "packed", False):
+        draft, draft_params = draft.with_matmul(draft_params, "xla")
     return int(sum(x.size for x in jax.tree.leaves(draft_params)))
 
 

@@ -81,13 +81,16 @@ def with_matmul(model, params, matmul: str):
     """(model, params) in the weight layout `matmul` ("xla" or "packed").
 
     Args:
-      model: a `TransformerLM`.
+      model: a `TransformerLM`, or a model with its own `with_matmul(params, matmul)` (an
+        `EagleHead`), which this hands over to.
       params: its params.
       matmul: the layout wanted (`TransformerConfig.matmul`).
 
     Returns:
       (the model with `config.matmul = matmul`, its params).
     """
+    if callable(getattr(model, "with_matmul", None)):
+        return model.with_matmul(params, matmul)
     if matmul not in MATMULS:
         raise ValueError(f"matmul must be one of {MATMULS}, got {matmul!r}")
     target = type(model)(model.config.replace(matmul=matmul))

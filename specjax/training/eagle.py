@@ -21,8 +21,8 @@ import numpy as np
 import optax
 
 from specjax.models.draft_vocab import target_columns
-from specjax.training.draft_logits import check_trainable, draft_logits
 from specjax.training.features import FeatureData
+from specjax.training.loss_logits import check_trainable, loss_logits
 
 
 @dataclasses.dataclass
@@ -149,7 +149,7 @@ def eagle_loss(
     pred, _ = head.forward_features(head_params, cache, inputs, embeds, num)  # [B, S-1, H]
     target = feats[:, 1:]
     l1 = optax.huber_loss(pred, target, delta=1.0).mean(-1)  # [B, S-1] SmoothL1
-    p_logits, q_logits = draft_logits(head, head_params, target_params, target, pred, columns)
+    p_logits, q_logits = loss_logits(head, head_params, target_params, target, pred, columns)
     p = jax.nn.softmax(p_logits, axis=-1)
     ce = -(p * jax.nn.log_softmax(q_logits, axis=-1)).sum(-1)  # [B, S-1]
     total = jnp.maximum(w.sum(), 1.0)

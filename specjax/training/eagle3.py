@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.models.kv_cache import rollback
-from specjax.training.draft_logits import check_trainable, draft_logits
+from specjax.training.loss_logits import check_trainable, loss_logits
 
 DECAY = 0.8  # EAGLE-3's step weight
 
@@ -111,7 +111,7 @@ def eagle3_loss(head, head_params, target_params, batch, *, steps: int, columns=
     loss, metrics = 0.0, {}
     t = jnp.arange(w.shape[1])
     for k, pred in enumerate(outputs):
-        p_logits, q_logits = draft_logits(head, head_params, target_params, target, pred, columns)
+        p_logits, q_logits = loss_logits(head, head_params, target_params, target, pred, columns)
         p = jax.nn.softmax(p_logits, axis=-1)
         ce = -(p * jax.nn.log_softmax(q_logits, axis=-1)).sum(-1)  # [B, T]
         wk = w * (t >= k)[None, :]

@@ -31,6 +31,7 @@ from specjax.training.eagle import (
     rank_counts,
 )
 from specjax.training.finite import check_finite_params, check_finite_record
+from specjax.training.loss_logits import check_trainable
 from specjax.training.optim import make_optimizer
 from specjax.training.same_run import check_same_head_run
 from specjax.training.signals import StopRequest
@@ -73,6 +74,7 @@ def train_head(head, target_params, data, workdir: str, *, log=print, stop_after
         num_steps=1000, batch_size=8, seq_len=256, learning_rate=1e-3, warmup_steps=50,
         seed=0, checkpoint_every=100, noise=0.2, ce_weight=0.1, reply_only=False, ce_vocab=0,
     )  # fmt: skip
+    check_trainable(head)
     eagle3 = bool(getattr(head, "feature_layers", ()))
     if eagle3:  # only here, so that other runs' recorded settings stay as they were
         defaults["ttt_steps"] = 7
@@ -313,6 +315,8 @@ def _head_of(settings: dict, target, workdir: str):
 def load_head_params(workdir: str, head):
     """The newest good params of a head run directory, for `head` (see `load_head`)."""
     loaded, params = load_head(workdir, head.target)
+    if getattr(head, "packed", False):  # heads are saved in the xla layout
+        loaded, params = loaded.with_matmul(params, "packed")
     if loaded != head:
         raise ValueError(f"the head in {workdir!r} is not {head!r} (another draft vocabulary?)")
     return params

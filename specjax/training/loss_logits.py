@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 
 
-def draft_logits(head, head_params, target_params, target, pred, columns):
+def loss_logits(head, head_params, target_params, target, pred, columns):
     """(p logits, q logits) [..., V or N]: the target's at its final hidden states `target`
     (no gradient) and the head's at its outputs `pred`; over `columns`' N tokens when given
     (see `eagle_loss`), and a head with draft_ids uses its own output layer for q."""
