@@ -199,12 +199,13 @@ def main(argv):
     if "head_layout" in FLAGS.parts:
         from experiments.real import head_layout
 
+        trained = real_drafts.eagle_heads(target, FLAGS.heads) if FLAGS.heads else None
         for t in (float(x) for x in FLAGS.temperatures):
             table = head_layout.head_layout_table(
                 target, target_params, real_drafts.chat_ids(tokenizer, prompts), gamma=FLAGS.gamma,
                 dynamic=[DynamicTree.parse(d.replace("-", ",")) for d in FLAGS.dynamic],
-                draft_vocab=FLAGS.head_vocab, temperature=t, max_new_tokens=FLAGS.max_new_tokens,
-                rounds=FLAGS.head_rounds,
+                draft_vocab=FLAGS.head_vocab, heads=trained, temperature=t,
+                max_new_tokens=FLAGS.max_new_tokens, rounds=FLAGS.head_rounds,
             )  # fmt: skip
             emit(f"head layout t={t:g}", table, head_layout.format_head_layout(table, t))
     if FLAGS.out:

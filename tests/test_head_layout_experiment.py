@@ -33,3 +33,29 @@ def test_head_layout_table_rows_and_tokens():
         assert math.isclose(r["break_even_packed"] / r["break_even_xla"], r["ratio"])
     text = format_head_layout(table, 0.0)
     assert text.count("\n| EAGLE") == 4 and "ms/token" in text
+
+
+def test_trained_heads_are_timed_as_given_and_other_drafts_refused():
+    """`heads=` replaces the random heads; the speedups are AR time / decoder time."""
+    import jax
+    import pytest
+
+    from specjax.models import EagleHead
+
+    target, params = with_matmul(*tiny_llama(40, 2, embed=32), "packed")
+    head = EagleHead(target)
+    head_params = head.init_params(jax.random.PRNGKey(3))
+    prompts = [np.array([3, 5, 7], np.int32)]
+    table = head_layout_table(
+        target, params, prompts, gamma=2, heads={"mine": (head, head_params)},
+        max_new_tokens=4, rounds=2, cache_len=32,
+    )  # fmt: skip
+    [row] = table["rows"]
+    assert (row["head"], row["structure"]) == ("mine", "chain γ=2")
+    assert row["same_tokens"] and 1.0 <= row["tokens_per_iteration"] <= 3.0
+    ar_ms = table["ar_ms_per_token"]
+    assert math.isclose(row["speedup_xla"], row["tokens_per_iteration"] * ar_ms / row["xla_ms"])
+    assert row["speedup_packed_interval"] is not None
+    packed = head.with_matmul(head_params, "packed")
+    with pytest.raises(ValueError, match=r"heads\['p'\] must be an EagleHead in the xla layout"):
+        head_layout_table(target, params, prompts, heads={"p": packed}, max_new_tokens=4)

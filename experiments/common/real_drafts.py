@@ -235,6 +235,23 @@ def build_drafts(
     return drafts
 
 
+def eagle_heads(target, workdirs) -> dict:
+    """label -> (EagleHead in the xla layout, its params) for trained EAGLE heads: head run
+    directories or exported files; ValueError naming `heads` for any other kind of draft."""
+    out = {}
+    for workdir in workdirs:
+        label = os.path.basename(os.path.normpath(workdir)).removesuffix(EXPORT_SUFFIX)
+        head, head_params = load_head(workdir, target)
+        if not isinstance(head, EagleHead):
+            raise ValueError(
+                f"heads: {workdir!r} holds a {type(head).__name__}, not an EAGLE head (the "
+                "head_layout part times EAGLE heads only)"
+            )
+        kind = "EAGLE-3" if head.feature_layers else "EAGLE-1"
+        out[f"{kind} ({label})"] = (head, head_params)
+    return out
+
+
 def _restricted_head(order_from, head, head_params, size: int, vocab: int) -> tuple:
     """A reduced-vocabulary EAGLE head cut to the `size` of its own draft ids that are most
     frequent in `order_from`'s training data (`EagleHead.restricted`; with the head's own data,

@@ -6,12 +6,13 @@ batch 1, for an EAGLE-1 head (full vocabulary, the target's output layer) and an
 over a reduced draft vocabulary of the trained heads' size, as a chain and as dynamic trees, and
 times them round-robin against autoregressive decoding of the same prompts.
 
-The heads have random weights: the time of an iteration does not depend on what a head learned,
-only the number of iterations does, and an untrained head's drafts are all rejected (one token
-per iteration, the same tokens as AR at t = 0). So the per-iteration cost is measured here, and
-the speedup a trained head gets follows from it and its tokens per iteration: speedup =
-tokens per iteration x (AR ms per token) / (ms per iteration). The break-even column is the
-tokens per iteration a head needs to match AR.
+By default the heads have random weights: the time of an iteration does not depend on what a
+head learned, only the number of iterations does, and an untrained head's drafts are all
+rejected (one token per iteration, the same tokens as AR at t = 0). So the per-iteration cost is
+measured, and the speedup a trained head gets follows from it and its tokens per iteration:
+speedup = tokens per iteration x (AR ms per token) / (ms per iteration). The break-even column
+is the tokens per iteration a head needs to match AR. Given trained heads (`heads=`), the same
+table measures their tokens per iteration and speedup in both layouts directly.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ def head_layout_table(
     gamma: int = 3,
     dynamic=(),
     draft_vocab: int = 8192,
+    heads: dict | None = None,
     temperature: float = 0.0,
     max_new_tokens: int = 32,
     rounds: int = 7,
@@ -77,7 +79,9 @@ def head_layout_table(
       prompt_ids: token id arrays, each decoded alone (batch 1) in every timed run.
       gamma: the chain's drafted tokens.
       dynamic: `DynamicTree`s the heads also draft.
-      draft_vocab: the EAGLE-3 head's draft vocabulary size.
+      draft_vocab: the random EAGLE-3 head's draft vocabulary size.
+      heads: None (random EAGLE-1 and EAGLE-3 heads), or name -> (an `EagleHead` in the xla
+        layout, its trained params), e.g. from `training.head_run.load_head`.
       temperature: the warper's (0: greedy, where both heads' tokens must equal AR's).
       max_new_tokens: tokens per prompt (no EOS).
       rounds: timed rounds (`interleaved`, rotated, one warm-up round).
@@ -87,8 +91,17 @@ def head_layout_table(
       {"ar_ms_per_token", "rows": [{"head", "structure", "xla_ms", "packed_ms" (per
       iteration), "ratio" (packed / xla time), "interval" (its 95 %), "iterations" (the xla
       head's), "packed_iterations", "same_tokens"
-      (the two layouts, and AR's at t = 0), "break_even_xla", "break_even_packed"}]}.
+      (the two layouts, and AR's at t = 0), "break_even_xla", "break_even_packed",
+      "tokens_per_iteration" (the xla head's), "speedup_xla", "speedup_packed" (AR time /
+      decoder time, medians) with "speedup_xla_interval", "speedup_packed_interval"}]}.
     """
+    if heads is None:
+        heads = _heads(target, draft_vocab)
+    for name, (head, _) in heads.items():
+        if not isinstance(head, EagleHead) or head.packed:
+            raise ValueError(
+                f"heads[{name!r}] must be an EagleHead in the xla layout, got {head!r}"
+            )
     warper = make_warper(temperature)
     key = jax.random.PRNGKey(1)
     ar = AutoregressiveDecoder(target, warper, cache_len=cache_len)
@@ -102,7 +115,7 @@ def head_layout_table(
 
     calls = {"AR": runner(ar, (target_params,))}
     cases = []
-    for head_name, (head, head_params) in _heads(target, draft_vocab).items():
+    for head_name, (head, head_params) in heads.items():
         packed, packed_params = head.with_matmul(head_params, "packed")
         for structure in (gamma, *dynamic):
             label = (head_name, _name(structure))
@@ -150,9 +163,19 @@ def head_layout_table(
                 "same_tokens": same,
                 "break_even_xla": xla_ms / ar_ms,
                 "break_even_packed": packed_ms / ar_ms,
+                "tokens_per_iteration": tokens / iterations["xla"],
+                "speedup_xla": timed["AR"].median / xla.median,
+                "speedup_packed": timed["AR"].median / packed.median,
+                "speedup_xla_interval": ratio_interval(timed["AR"].samples, xla.samples),
+                "speedup_packed_interval": ratio_interval(timed["AR"].samples, packed.samples),
             }
         )
     return {"ar_ms_per_token": ar_ms, "rows": rows}
+
+
+def _interval(interval) -> str:
+    """ "(low-high)", or "(-)" where too few samples gave none."""
+    return "(-)" if interval is None else f"({interval[0]:.3f}-{interval[1]:.3f})"
 
 
 def _iterations(row: dict) -> str:
@@ -168,14 +191,18 @@ def format_head_layout(table: dict, temperature: float) -> str:
         "break-even: the tokens per iteration a head needs to match AR",
         "",
         "| head | draft | xla ms | packed ms | packed / xla (95 %) | break-even xla → packed "
-        "| iterations | same tokens |",
-        "|---|---|---|---|---|---|---|---|",
+        "| iterations | tokens / iteration | speedup vs AR, xla | speedup vs AR, packed "
+        "| same tokens |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in table["rows"]:
-        low, high = r["interval"] or (float("nan"), float("nan"))
         lines.append(
             f"| {r['head']} | {r['structure']} | {r['xla_ms']:.2f} | {r['packed_ms']:.2f} | "
-            f"{r['ratio']:.3f} ({low:.3f}-{high:.3f}) | {r['break_even_xla']:.2f} → "
-            f"{r['break_even_packed']:.2f} | {_iterations(r)} | {r['same_tokens']} |"
+            f"{r['ratio']:.3f} {_interval(r['interval'])} | {r['break_even_xla']:.2f} → "
+            f"{r['break_even_packed']:.2f} | {_iterations(r)} | "
+            f"{r['tokens_per_iteration']:.2f} | "
+            f"{r['speedup_xla']:.2f}x {_interval(r['speedup_xla_interval'])} | "
+            f"{r['speedup_packed']:.2f}x {_interval(r['speedup_packed_interval'])} | "
+            f"{r['same_tokens']} |"
         )
     return "\n".join(lines)
