@@ -113,6 +113,9 @@ def test_a_tiny_run_raises_alpha_and_decodes_as_ar(tmp_path):
     np.testing.assert_array_equal(
         head_token_order(exported), rank_by_frequency(data.tokens, model.vocab_size)
     )
+    # bench_real --parts=head_layout --heads= times EAGLE heads only, and names the flag.
+    with pytest.raises(ValueError, match="heads: .* holds a DistilledDraft, not an EAGLE head"):
+        real_drafts.eagle_heads(model, [exported])
     reduced = SpeculativeDecoder(model, draft, 4, T0, cache_len=64).generate(
         tp, dp, prompts=prompts, key=key, max_new_tokens=24
     )

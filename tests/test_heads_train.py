@@ -121,6 +121,10 @@ def test_an_exported_head_loads_bit_identical_and_damage_is_named(tiny, tmp_path
     path = export_head(run, model, str(tmp_path / "out" / "tiny.head.npz"))
     loaded, exported = load_head(path, model)
     assert loaded == head and _equal(exported, trained)
+    from experiments.common.real_drafts import eagle_heads
+
+    [(name, (got, got_params))] = eagle_heads(model, [path]).items()  # bench_real's --heads
+    assert name == "EAGLE-1 (tiny)" and got == head and _equal(got_params, trained)
     assert jax.tree.structure(exported) == jax.tree.structure(trained)
     with pytest.raises(ValueError, match="must end in '.head.npz'"):
         export_head(run, model, str(tmp_path / "tiny.npz"))
