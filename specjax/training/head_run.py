@@ -315,7 +315,7 @@ def _head_of(settings: dict, target, workdir: str):
 def load_head_params(workdir: str, head):
     """The newest good params of a head run directory, for `head` (see `load_head`)."""
     loaded, params = load_head(workdir, head.target)
-    if getattr(head, "packed", False):  # heads are saved in the xla layout
+    if getattr(head, "packed", False) and hasattr(loaded, "with_matmul"):  # saved in xla
         loaded, params = loaded.with_matmul(params, "packed")
     if loaded != head:
         raise ValueError(f"the head in {workdir!r} is not {head!r} (another draft vocabulary?)")
