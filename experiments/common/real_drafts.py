@@ -130,7 +130,7 @@ def distilled_pair(config, log=print):
             f"config.draft_head={config.draft_head!r} is not a distilled draft: this experiment "
             "needs a draft model ('distilled<layers>')"
         )
-    name = os.path.basename(workdir).removesuffix(EXPORT_SUFFIX)
+    name = head_label(workdir)
     size = int(config.get("draft_vocab", 0))
     if not size:
         draft, dparams = head.decode_model(head_params, tparams)
@@ -198,7 +198,7 @@ def build_drafts(
     if keep("uniform"):
         drafts["uniform"] = (UniformLM(vocab), {})
     for workdir in heads:
-        label = os.path.basename(os.path.normpath(workdir)).removesuffix(EXPORT_SUFFIX)
+        label = head_label(workdir)
         head, head_params = load_head(workdir, model)
         if isinstance(head, DistilledDraft):  # a plain model draft once trained
             name = f"distilled {head.num_layers} layers ({label})"
@@ -213,7 +213,7 @@ def build_drafts(
         eagle = isinstance(head, EagleHead)
         if eagle:  # trained in the xla layout; decodes in the target's (packed on the CPU)
             head, head_params = head.with_matmul(head_params, model.config.matmul)
-        kind = ("EAGLE-3" if head.feature_layers else "EAGLE-1") if eagle else "Medusa"
+        kind = _eagle_kind(head) if eagle else "Medusa"
         named = {f"{kind} ({label})": None}
         for branching in trees if eagle else ():
             named[f"{kind} tree {'-'.join(map(str, branching))} ({label})"] = (
@@ -235,20 +235,28 @@ def build_drafts(
     return drafts
 
 
+def head_label(workdir: str) -> str:
+    """A head run directory's or exported file's name, as draft names show it."""
+    return os.path.basename(os.path.normpath(workdir)).removesuffix(EXPORT_SUFFIX)
+
+
+def _eagle_kind(head) -> str:
+    return "EAGLE-3" if head.feature_layers else "EAGLE-1"
+
+
 def eagle_heads(target, workdirs) -> dict:
     """label -> (EagleHead in the xla layout, its params) for trained EAGLE heads: head run
     directories or exported files; ValueError naming `heads` for any other kind of draft."""
     out = {}
     for workdir in workdirs:
-        label = os.path.basename(os.path.normpath(workdir)).removesuffix(EXPORT_SUFFIX)
+        label = head_label(workdir)
         head, head_params = load_head(workdir, target)
         if not isinstance(head, EagleHead):
             raise ValueError(
                 f"heads: {workdir!r} holds a {type(head).__name__}, not an EAGLE head (the "
                 "head_layout part times EAGLE heads only)"
             )
-        kind = "EAGLE-3" if head.feature_layers else "EAGLE-1"
-        out[f"{kind} ({label})"] = (head, head_params)
+        out[f"{_eagle_kind(head)} ({label})"] = (head, head_params)
     return out
 
 
