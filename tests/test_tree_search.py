@@ -78,6 +78,71 @@ def test_dp_equals_brute_force_over_all_ordered_trees():
                 assert expected_accepted(got, acceptance) == pytest.approx(brute, abs=1e-12)
 
 
+def _brute_value_by_hand(nested, rows):
+    """The per-depth value written out independently of `expected_accepted`: each node's
+    reach is its parent's times the row of its own depth at its rank."""
+
+    def walk(kids, depth, reach):
+        total = 0.0
+        p = rows[min(depth, len(rows) - 1)]
+        for rank, kid in enumerate(kids):
+            r = reach * (p[rank] if rank < len(p) else 0.0)
+            total += r + walk(kid, depth + 1, r)
+        return total
+
+    return walk(nested, 0, 1.0)
+
+
+def test_dp_by_depth_equals_brute_force_over_all_ordered_trees():
+    # Per-depth acceptance (an EAGLE head drafting on its own features accepts less deeper):
+    # the DP's optimum equals brute force over every ordered tree, with the value computed by
+    # an independent walk, for random matrices of 1 to 4 rows (rows past the last repeat it).
+    rng = np.random.default_rng(1)
+    trees = {n: list(_ordered_trees(n)) for n in range(1, 9)}
+    for _ in range(10):
+        k, d = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+        rows = np.stack([rng.dirichlet(np.ones(k + 1))[:k] for _ in range(d)])
+        for n in range(1, 9):
+            for max_depth in (None, 1, 2, 3):
+                bound = n - 1 if max_depth is None else max_depth
+                values = [
+                    (_brute_value_by_hand(t, rows), t) for t in trees[n] if _depth(t) <= bound
+                ]
+                brute = max(v for v, _ in values)
+                got = optimal_tree(rows, n, max_depth)
+                assert got.num_nodes == n and got.max_depth <= bound
+                assert expected_accepted(got, rows) == pytest.approx(brute, abs=1e-12)
+        for v, t in values:  # expected_accepted agrees with the walk on every tree
+            assert expected_accepted(tree_from_nested(t), rows) == pytest.approx(v, abs=1e-12)
+
+
+def test_dp_by_depth_with_equal_rows_is_the_vectors_dp():
+    rng = np.random.default_rng(2)
+    for _ in range(8):
+        p = rng.dirichlet(np.ones(5))[:4]
+        for n in (1, 2, 5, 9, 16):
+            for max_depth in (None, 2, 4):
+                if n > 1 and max_depth is not None and max_depth < 1:
+                    continue
+                want = optimal_tree(p, n, max_depth)
+                assert optimal_tree(np.stack([p] * 3), n, max_depth) == want
+                assert optimal_tree(p[None], n, max_depth) == want
+
+
+def test_dp_by_depth_spends_nodes_where_acceptance_lasts():
+    # The same first-depth vector; at depth 2 and below the first child is rarely right and
+    # the second never. The vector's DP deepens the spine (0.8^k beats 0.1), the per-depth DP
+    # widens the root instead: a grandchild is worth 0.8 * 0.1 = 0.08, a root sibling 0.15.
+    first = [0.8, 0.15]
+    vector_tree = optimal_tree(first, 4)
+    assert vector_tree == TokenTree.chain(3)
+    rows = [first, [0.1, 0.0]]
+    tree = optimal_tree(rows, 4)
+    assert tree.parents == (-1, 0, 0, 1)  # two root children, the first with one child
+    assert expected_accepted(tree, rows) == pytest.approx(0.8 + 0.15 + 0.8 * 0.1)
+    assert expected_accepted(vector_tree, rows) == pytest.approx(0.8 + 0.08 + 0.008)
+
+
 def test_dp_prefers_depth_when_the_first_child_dominates_and_width_when_it_does_not():
     # P_1 = 0.9: every extra node is best spent deepening the spine (0.9^k > 0.05 * ...).
     assert optimal_tree([0.9, 0.05], 5) == TokenTree.chain(4)
@@ -117,6 +182,17 @@ def test_bad_arguments_raise_naming_them():
         optimal_tree([0.5], 4, max_depth=0)
     with pytest.raises(ValueError, match="rates"):
         positional_from_conditional([1.5])
+    # A per-depth matrix: each row is checked, and the error names it.
+    with pytest.raises(ValueError, match=r"row 1 sum"):
+        optimal_tree([[0.5, 0.2], [0.7, 0.5]], 4)
+    with pytest.raises(ValueError, match=r"acceptance\[1\]"):
+        expected_accepted(TokenTree.chain(2), [[0.5], [float("nan")]])
+    with pytest.raises(ValueError, match="acceptance"):
+        optimal_tree(np.zeros((0, 2)), 4)
+    # Rows of different lengths: ranks past a row's end count as 0, as in a vector.
+    assert expected_accepted(TokenTree.from_branching((2, 2)), [[0.5, 0.3], [0.4]]) == (
+        pytest.approx(0.5 + 0.3 + (0.5 + 0.3) * 0.4)
+    )
 
 
 def test_hardware_aware_choice_follows_the_verification_curve():
@@ -146,6 +222,24 @@ def test_hardware_aware_choice_follows_the_verification_curve():
     assert draft_call_widths(TokenTree((-1,))) == []
     with pytest.raises(ValueError, match="max_depths"):
         hardware_aware_tree(acceptance, flat, 0.1, max_depths=[0])
+
+
+def test_hardware_aware_by_depth_solves_each_depth_bound_on_its_own():
+    # With a per-depth matrix the best tree of a depth bound is not a subtree of a looser
+    # bound's table: every candidate must be `optimal_tree` of its own (n, bound).
+    rows = [[0.6, 0.2, 0.1], [0.4, 0.1], [0.2]]
+    costs = {1: 1.0, 2: 1.0, 4: 1.05, 8: 1.2, 16: 1.8}
+    tree, candidates = hardware_aware_tree(rows, costs, 0.05, max_depths=(1, 2, 3, 4))
+    assert tree == candidates[0]["tree"]
+    for c in candidates:
+        if c["nodes"] > 1:
+            want = optimal_tree(rows, c["nodes"], min(c["max_depth"], c["nodes"] - 1))
+            assert c["tree"] == want
+        assert c["expected_accepted"] == pytest.approx(expected_accepted(c["tree"], rows))
+    # Equal rows give the vector's candidates.
+    _, by_vector = hardware_aware_tree(rows[0], costs, 0.05, max_depths=(1, 2, 3, 4))
+    _, by_rows = hardware_aware_tree([rows[0]] * 2, costs, 0.05, max_depths=(1, 2, 3, 4))
+    assert [c["tree"] for c in by_rows] == [c["tree"] for c in by_vector]
 
 
 # -- the value against tree_accept ------------------------------------------------------------

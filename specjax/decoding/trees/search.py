@@ -17,6 +17,17 @@ programming over (nodes, depth bound, number of root children):
 i.e. the root's first b - 1 subtrees use n - m nodes, and its b-th child heads a subtree of m
 nodes whose every node is reached through that child (probability P[b]). The recursion is exact
 for this objective: the subtrees of different children are independent choices.
+
+Acceptance by depth. A draft that drafts on its own outputs (an EAGLE head on its predicted
+features) accepts less the deeper it drafts, so one vector describes it badly. Every function
+here also takes a matrix P [D, K]: row j is the vector of the children of depth j + 1 (row 0:
+the root's children), rows past the last repeat it. The recursion is then over the absolute
+depth a of a subtree's root, for one depth bound at a time:
+
+    best_a(n)        = max over b of T_a(n, b)     (best_a(1) = 0; best_bound(n > 1) impossible)
+    T_a(n, b)        = max over m of  T_a(n - m, b - 1) + P[a][b] * (1 + best_{a+1}(m))
+
+A matrix whose rows are all equal gives the vector's trees.
 """
 
 from __future__ import annotations
@@ -59,17 +70,21 @@ def expected_accepted(tree: TokenTree, acceptance) -> float:
 
     Args:
       tree: any TokenTree (a chain too).
-      acceptance: the positional vector P (acceptance[0] = P_1, the first child tried); ranks
-        past its end count as 0.
+      acceptance: the positional vector P (acceptance[0] = P_1, the first child tried), or a
+        matrix [D, K] of one such vector per depth (module docstring); ranks past its end
+        count as 0.
 
     Returns:
-      sum over non-root nodes v of prod_{u on root->v, u != root} P[rank(u)]. With
-      P = (alpha,) and the chain of gamma this is (1 - alpha^(gamma+1)) / (1 - alpha) - 1.
+      sum over non-root nodes v of prod_{u on root->v, u != root} P[rank(u)] (with a matrix,
+      the row of u's depth). With P = (alpha,) and the chain of gamma this is
+      (1 - alpha^(gamma+1)) / (1 - alpha) - 1.
     """
-    p = _vector("acceptance", acceptance)
+    rows = _acceptance_rows(acceptance, check_sum=False)
+    depths = tree.depths
     reach = np.zeros(tree.num_nodes)
     reach[0] = 1.0
     for i in range(1, tree.num_nodes):
+        p = rows[min(depths[i] - 1, len(rows) - 1)]
         rank = tree.ranks[i]
         reach[i] = reach[tree.parents[i]] * (p[rank] if rank < len(p) else 0.0)
     return float(reach[1:].sum())
@@ -80,7 +95,8 @@ def optimal_tree(acceptance, num_nodes: int, max_depth: int | None = None) -> To
 
     Args:
       acceptance: the positional vector P (acceptance[0] = P_1); entries past its end count as 0.
-        Each entry in [0, 1] and the sum at most 1 (up to 1e-6).
+        Each entry in [0, 1] and the sum at most 1 (up to 1e-6). Or a matrix [D, K], one such
+        vector per depth (module docstring).
       num_nodes: n >= 1, the tokens the target scores, root included.
       max_depth: bound on the drafted tokens along any root-to-leaf path (the sequential draft
         steps); None: n - 1 (no bound). Must be >= 1 when n > 1.
@@ -94,13 +110,7 @@ def optimal_tree(acceptance, num_nodes: int, max_depth: int | None = None) -> To
       ValueError: naming the argument, for a bad acceptance vector, num_nodes < 1 or a
         max_depth that cannot hold num_nodes.
     """
-    p = _vector("acceptance", acceptance)
-    if float(p.sum()) > 1.0 + 1e-6:
-        raise ValueError(
-            f"acceptance is Sequoia's positional vector (P[k] = P(the k-th child is the one "
-            f"accepted)), so it sums to at most 1; got sum {float(p.sum()):.6f}. Convert "
-            "conditional rates with positional_from_conditional"
-        )
+    rows = _acceptance_rows(acceptance)
     if isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer)):
         raise ValueError(f"num_nodes must be an int >= 1; got {num_nodes!r}")
     n_max = int(num_nodes)
@@ -112,7 +122,10 @@ def optimal_tree(acceptance, num_nodes: int, max_depth: int | None = None) -> To
     depth = min(int(depth), n_max - 1)
     if n_max > 1 and depth < 1:
         raise ValueError(f"max_depth={max_depth} cannot hold num_nodes={n_max} > 1 nodes")
-    table, choice = _solve(p, n_max, depth)
+    if _by_depth(acceptance):
+        table, choice = _solve_by_depth(rows, n_max, depth)
+        return tree_from_nested(_build_by_depth(table, choice, n_max, 0))
+    table, choice = _solve(rows[0], n_max, depth)
     return tree_from_nested(_build(table, choice, n_max, depth))
 
 
@@ -167,6 +180,52 @@ def _build(table, choice, n: int, d: int) -> list:
     return kids[::-1]
 
 
+def _solve_by_depth(rows: np.ndarray, n_max: int, bound: int):
+    """The DP tables of a per-depth acceptance matrix for one depth bound (module docstring).
+
+    Returns:
+      table: float64 [bound + 1, n_max + 1, n_max]: T_a(n, b) for a subtree rooted at absolute
+        depth a (its nodes at most at depth `bound`), -inf where impossible.
+      choice: int64, same shape: the size m of the b-th child's subtree in that optimum.
+    """
+    best = np.full((bound + 2, n_max + 1), _IMPOSSIBLE)  # best[a, n]; row bound + 1: none
+    best[: bound + 1, 1] = 0.0
+    table = np.full((bound + 1, n_max + 1, n_max), _IMPOSSIBLE)
+    table[:, 1, 0] = 0.0
+    choice = np.zeros((bound + 1, n_max + 1, n_max), np.int64)
+    for a in range(bound - 1, -1, -1):  # a subtree at depth `bound` is a lone leaf
+        weights = np.zeros(n_max)  # P of the children at depth a + 1, by rank
+        p = rows[min(a, len(rows) - 1)]
+        weights[: min(len(p), n_max)] = p[:n_max]
+        for n in range(2, n_max + 1):
+            m = np.arange(1, n)
+            child = 1.0 + best[a + 1, m]  # [n - 1]
+            possible = np.isfinite(child)
+            child = np.where(possible, child, 0.0)
+            for b in range(1, n):
+                rest = table[a, n - m, b - 1]
+                ok = possible & np.isfinite(rest)
+                value = np.where(ok, np.where(ok, rest, 0.0) + weights[b - 1] * child, _IMPOSSIBLE)
+                k = int(np.argmax(value))
+                table[a, n, b] = value[k]
+                choice[a, n, b] = m[k]
+            best[a, n] = table[a, n].max()
+    return table, choice
+
+
+def _build_by_depth(table, choice, n: int, a: int) -> list:
+    """`_build` for `_solve_by_depth`'s tables: the subtree of n nodes rooted at depth a."""
+    if n == 1:
+        return []
+    b = int(np.argmax(table[a, n]))
+    kids = []
+    while b > 0:
+        m = int(choice[a, n, b])
+        kids.append(_build_by_depth(table, choice, m, a + 1))
+        n, b = n - m, b - 1
+    return kids[::-1]
+
+
 def tree_from_nested(children: list) -> TokenTree:
     """A TokenTree from nested child lists (root's children in rank order, each a list of its own).
 
@@ -188,6 +247,37 @@ def _vector(name: str, values) -> np.ndarray:
             f"{name} must be a non-empty vector of probabilities in [0, 1]; got {values!r}"
         )
     return x
+
+
+def _by_depth(acceptance) -> bool:
+    """True for a per-depth matrix: a 2-D array, or a sequence of vectors (of any lengths)."""
+    if isinstance(acceptance, (list, tuple)):
+        return len(acceptance) > 0 and all(np.ndim(row) == 1 for row in acceptance)
+    return np.ndim(acceptance) == 2
+
+
+def _acceptance_rows(acceptance, check_sum: bool = True) -> np.ndarray:
+    """float64 [D, K] from a positional vector (D = 1) or a per-depth matrix, each row checked
+    as Sequoia's positional vector: entries in [0, 1] and (`check_sum`) a sum at most 1."""
+    if _by_depth(acceptance):
+        vectors = [_vector(f"acceptance[{j}]", row) for j, row in enumerate(acceptance)]
+        if not vectors:
+            raise ValueError("acceptance: a per-depth matrix needs at least one row; got none")
+        rows = np.zeros((len(vectors), max(len(v) for v in vectors)))  # past a row's end: 0
+        for j, v in enumerate(vectors):
+            rows[j, : len(v)] = v
+    else:
+        rows = _vector("acceptance", acceptance)[None]
+    sums = rows.sum(axis=1)
+    if check_sum and float(sums.max()) > 1.0 + 1e-6:
+        j = int(np.argmax(sums))
+        where = f"row {j} " if len(rows) > 1 else ""
+        raise ValueError(
+            f"acceptance is Sequoia's positional vector (P[k] = P(the k-th child is the one "
+            f"accepted)), so it sums to at most 1; got {where}sum {float(sums[j]):.6f}. Convert "
+            "conditional rates with positional_from_conditional"
+        )
+    return rows
 
 
 def draft_call_widths(tree: TokenTree) -> list:
@@ -220,7 +310,7 @@ def hardware_aware_tree(
     T(n) is nearly flat up to a few hundred tokens and the same acceptance vector picks a big tree.
 
     Args:
-      acceptance: the positional vector P (see `optimal_tree`).
+      acceptance: the positional vector P, or a per-depth matrix (see `optimal_tree`).
       verify_cost: {n: T(n)}, the time of one target call scoring n tokens; must include n = 1
         (autoregressive decoding's cost per token).
       draft_cost: the time of one draft call: a number (the same for every width) or a callable
@@ -238,17 +328,21 @@ def hardware_aware_tree(
         raise ValueError(f"verify_cost times must be > 0; got {costs}")
     draft = draft_cost if callable(draft_cost) else (lambda width, c=float(draft_cost): c)
     depths = tuple(range(1, 17)) if max_depths is None else tuple(int(d) for d in max_depths)
-    p = _vector("acceptance", acceptance)
-    optimal_tree(p, 1)  # validates the vector
+    rows = _acceptance_rows(acceptance)
     if any(d < 1 for d in depths):
         raise ValueError(f"max_depths must be >= 1; got {depths}")
     n_max, d_max = max(costs), max(depths)
-    table, choice = _solve(p, n_max, max(1, min(d_max, n_max - 1)))
+    by_depth = _by_depth(acceptance)
+    if not by_depth:
+        table, choice = _solve(rows[0], n_max, max(1, min(d_max, n_max - 1)))
     candidates, seen = [], set()
     for n in sorted(costs):
         for d in depths if n > 1 else (0,):
-            bound = min(d, n - 1, table.shape[0] - 1)
-            tree = tree_from_nested(_build(table, choice, n, bound))
+            if by_depth:  # the optimum depends on the bound through every subtree's depth
+                tree = optimal_tree(rows, n, min(d, n - 1))
+            else:
+                bound = min(d, n - 1, table.shape[0] - 1)
+                tree = tree_from_nested(_build(table, choice, n, bound))
             if (tree, n) in seen:  # a looser bound that did not bind
                 continue
             seen.add((tree, n))
