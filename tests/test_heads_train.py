@@ -125,6 +125,18 @@ def test_an_exported_head_loads_bit_identical_and_damage_is_named(tiny, tmp_path
 
     [(name, (got, got_params))] = eagle_heads(model, [path]).items()  # bench_real's --heads
     assert name == "EAGLE-1 (tiny)" and got == head and _equal(got_params, trained)
+    # bench_real's --trees: a branching, or any tree by its parents (Sequoia's, printed by
+    # --parts=head_trees), each drafted by the same head.
+    from experiments.common.real_drafts import build_drafts
+    from specjax.decoding import TokenTree
+
+    sequoia = TokenTree.parse("-1/0/0/1")
+    drafts = build_drafts(
+        model, params, None, heads=[path], trees=[(2, 1), sequoia], kinds=["EAGLE-1 tree"]
+    )
+    assert sorted(drafts) == ["EAGLE-1 tree -1/0/0/1 (tiny)", "EAGLE-1 tree 2-1 (tiny)"]
+    assert drafts["EAGLE-1 tree -1/0/0/1 (tiny)"][2] == sequoia
+    assert drafts["EAGLE-1 tree 2-1 (tiny)"][2] == TokenTree.from_branching((2, 1))
     assert jax.tree.structure(exported) == jax.tree.structure(trained)
     with pytest.raises(ValueError, match="must end in '.head.npz'"):
         export_head(run, model, str(tmp_path / "tiny.npz"))

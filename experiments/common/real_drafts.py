@@ -163,9 +163,10 @@ def build_drafts(
       heads: workdirs of trained drafts (`configs/heads.py` runs), each a draft
         "EAGLE-1 (<workdir name>)", "EAGLE-3 (...)", "Medusa (...)" or "distilled K layers
         (...)".
-      trees: branchings (e.g. (2, 2, 1, 1)) of static trees each head also drafts: entries
-        (head, params, TokenTree), decoded by `TreeSpeculativeDecoder` (Sequoia's rule: siblings
-        without replacement; top-k children at t = 0).
+      trees: static trees each head also drafts, as branchings (e.g. (2, 2, 1, 1), named
+        "2-2-1-1") or TokenTrees (any shape, e.g. Sequoia's, named by their parents
+        "-1/0/0/1"): entries (head, params, TokenTree), decoded by `TreeSpeculativeDecoder`
+        (Sequoia's rule: siblings without replacement; top-k children at t = 0).
       dynamic: `DynamicTree` budgets each EAGLE head also drafts as EAGLE-2 dynamic trees
         ("EAGLE-2 d-k-N (<workdir name>)": depth d, top-k k, N nodes with the root; point-mass
         verification; "EAGLE-3 dynamic d-k-N (...)" for an EAGLE-3 head).
@@ -215,10 +216,12 @@ def build_drafts(
             head, head_params = head.with_matmul(head_params, model.config.matmul)
         kind = _eagle_kind(head) if eagle else "Medusa"
         named = {f"{kind} ({label})": None}
-        for branching in trees if eagle else ():
-            named[f"{kind} tree {'-'.join(map(str, branching))} ({label})"] = (
-                TokenTree.from_branching(branching)
-            )
+        for entry in trees if eagle else ():
+            if isinstance(entry, TokenTree):  # any shape, named by its parents
+                shape, tree = "/".join(map(str, entry.parents)), entry
+            else:  # a branching per depth
+                shape, tree = "-".join(map(str, entry)), TokenTree.from_branching(entry)
+            named[f"{kind} tree {shape} ({label})"] = tree
         for budget in dynamic if eagle else ():
             shape = f"{budget.depth}-{budget.top_k}-{budget.num_nodes}"
             dyn = "EAGLE-2" if kind == "EAGLE-1" else "EAGLE-3 dynamic"
