@@ -255,13 +255,14 @@ def main(argv):
     if "head_trees" in FLAGS.parts:
         from experiments.real import head_trees
 
-        trained = real_drafts.eagle_heads(target, FLAGS.heads)
+        # In the xla layout: the heads' unrolled passes score whole sequences (training's code).
+        trained = real_drafts.eagle_heads(model, FLAGS.heads)
         given = [
             t if isinstance(t, TokenTree) else TokenTree.from_branching(t) for t in static_trees
         ]
         for t in (float(x) for x in FLAGS.temperatures):
             table = head_trees.head_trees_table(
-                target, target_params, real_drafts.chat_ids(tokenizer, prompts), trained,
+                model, params, real_drafts.chat_ids(tokenizer, prompts), trained,
                 temperature=t, max_new_tokens=FLAGS.max_new_tokens, ranks=FLAGS.tree_ranks,
                 depth=FLAGS.tree_depth, sizes=[int(n) for n in FLAGS.tree_sizes], trees=given,
                 eos_id=tokenizer.eos_id,

@@ -257,7 +257,7 @@ def eagle_heads(target, workdirs) -> dict:
         if not isinstance(head, EagleHead):
             raise ValueError(
                 f"heads: {workdir!r} holds a {type(head).__name__}, not an EAGLE head (the "
-                "head_layout part times EAGLE heads only)"
+                "head_layout and head_trees parts take EAGLE heads only)"
             )
         out[f"{_eagle_kind(head)} ({label})"] = (head, head_params)
     return out
