@@ -6,7 +6,8 @@ import jax
 import numpy as np
 import pytest
 
-from experiments.real.head_trees import format_head_trees, head_trees_table, tree_text
+from experiments.common.real_drafts import tree_text
+from experiments.real.head_trees import format_head_trees, head_trees_table
 from specjax.decoding import TokenTree
 from specjax.models import EagleHead
 from specjax.testing import tiny_llama

@@ -218,7 +218,7 @@ def build_drafts(
         named = {f"{kind} ({label})": None}
         for entry in trees if eagle else ():
             if isinstance(entry, TokenTree):  # any shape, named by its parents
-                shape, tree = "/".join(map(str, entry.parents)), entry
+                shape, tree = tree_text(entry), entry
             else:  # a branching per depth
                 shape, tree = "-".join(map(str, entry)), TokenTree.from_branching(entry)
             named[f"{kind} tree {shape} ({label})"] = tree
@@ -236,6 +236,12 @@ def build_drafts(
                     source = vocab_order or workdir
                     drafts[name] = _restricted_head(source, head, head_params, size, vocab)
     return drafts
+
+
+def tree_text(tree) -> str:
+    """A TokenTree in the parents notation of `TokenTree.parse` and bench_real's `--trees`:
+    "-1/0/0/1"."""
+    return "/".join(str(p) for p in tree.parents)
 
 
 def head_label(workdir: str) -> str:

@@ -22,14 +22,10 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from experiments.common.real_drafts import tree_text
 from specjax.decoding import AutoregressiveDecoder, TokenTree, make_warper
 from specjax.decoding.trees.search import expected_accepted, optimal_tree
 from specjax.training.head_acceptance import head_rank_acceptance
-
-
-def tree_text(tree: TokenTree) -> str:
-    """A tree in the parents notation of `TokenTree.parse` and `--trees`: "-1/0/0/1"."""
-    return "/".join(str(p) for p in tree.parents)
 
 
 def head_trees_table(

@@ -152,19 +152,30 @@ def _solve(p: np.ndarray, n_max: int, depth: int):
                     best[d - 1, n],
                 )
                 continue
-            m = np.arange(1, n)  # the b-th child's subtree size
-            child = 1.0 + best[d - 1, m]  # [n - 1]
-            possible = np.isfinite(child)
-            child = np.where(possible, child, 0.0)
-            for b in range(1, n):
-                rest = table[d, n - m, b - 1]
-                ok = possible & np.isfinite(rest)
-                value = np.where(ok, np.where(ok, rest, 0.0) + weights[b - 1] * child, _IMPOSSIBLE)
-                k = int(np.argmax(value))
-                table[d, n, b] = value[k]
-                choice[d, n, b] = m[k]
-            best[d, n] = table[d, n].max()
+            best[d, n] = _fill(table[d], choice[d], best[d - 1], weights, n)
     return table, choice
+
+
+def _fill(table, choice, best_below, weights, n: int) -> float:
+    """Fills T(n, b) and its choices for b = 1..n-1 in place and returns best(n) = max over b.
+
+    Args:
+      table, choice: [n_max + 1, n_max] views of one level's tables (rows < n already filled).
+      best_below: [n_max + 1] best(m) of a subtree one level deeper (-inf: impossible).
+      weights: [n_max] P of the children by rank (weights[b - 1] = P_b).
+    """
+    m = np.arange(1, n)  # the b-th child's subtree size
+    child = 1.0 + best_below[m]  # [n - 1]
+    possible = np.isfinite(child)
+    child = np.where(possible, child, 0.0)
+    for b in range(1, n):
+        rest = table[n - m, b - 1]
+        ok = possible & np.isfinite(rest)
+        value = np.where(ok, np.where(ok, rest, 0.0) + weights[b - 1] * child, _IMPOSSIBLE)
+        k = int(np.argmax(value))
+        table[n, b] = value[k]
+        choice[n, b] = m[k]
+    return table[n].max()
 
 
 def _build(table, choice, n: int, d: int) -> list:
@@ -198,18 +209,7 @@ def _solve_by_depth(rows: np.ndarray, n_max: int, bound: int):
         p = rows[min(a, len(rows) - 1)]
         weights[: min(len(p), n_max)] = p[:n_max]
         for n in range(2, n_max + 1):
-            m = np.arange(1, n)
-            child = 1.0 + best[a + 1, m]  # [n - 1]
-            possible = np.isfinite(child)
-            child = np.where(possible, child, 0.0)
-            for b in range(1, n):
-                rest = table[a, n - m, b - 1]
-                ok = possible & np.isfinite(rest)
-                value = np.where(ok, np.where(ok, rest, 0.0) + weights[b - 1] * child, _IMPOSSIBLE)
-                k = int(np.argmax(value))
-                table[a, n, b] = value[k]
-                choice[a, n, b] = m[k]
-            best[a, n] = table[a, n].max()
+            best[a, n] = _fill(table[a], choice[a], best[a + 1], weights, n)
     return table, choice
 
 
