@@ -54,8 +54,8 @@ def _by_hand(target, tp, head, hp, seqs, warper, shift=0):
         embeds = target.embed(tp, tokens[:, 1:])
         for s in range(prompt - 1, size - 2):  # chain starts: x_{s+1} generated
             cache = head.init_state(1, 64)
-            pred, cache = head.forward_features(hp, cache, inputs[:, : s + 1], embeds[:, : s + 1],
-                                                jnp.full((1,), s + 1))  # fmt: skip
+            # the true pairs 0..s (the whole row is fed, its first s + 1 pairs count: one shape)
+            pred, cache = head.forward_features(hp, cache, inputs, embeds, jnp.full((1,), s + 1))
             feature = pred[:, s]
             for k in range(DEPTH):
                 t = s + k
