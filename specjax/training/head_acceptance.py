@@ -86,9 +86,19 @@ def head_rank_acceptance(
     distinct = any(rule in ("without", "top_k") for rule in rules)
     checks.check_count("ranks", ranks, 1, target.vocab_size if distinct else None)
     checks.check_count("samples", samples)
+    # chain starts per depth (s >= P - 1, t = s + k <= L - 3), known before any model runs
+    sizes = np.array([len(s) for s in seqs])
+    counts = np.array(
+        [np.maximum(sizes - 1 - np.array(lengths) - k, 0).sum() for k in range(depth)]
+    )
+    if not counts.all():
+        raise ValueError(
+            f"sequences: no chain start reaches depth {int(np.argmin(counts > 0)) + 1} (each "
+            f"needs a continuation of at least depth + 1 = {depth + 1} tokens); lower depth or "
+            "give longer continuations"
+        )
     sums = {rule: np.zeros((depth, ranks)) for rule in rules}
     beta = np.zeros(depth)
-    counts = np.zeros(depth, np.int64)
     key = jax.random.PRNGKey(seed)
     for seq, prompt_len in zip(seqs, lengths, strict=True):
         t_logits, q_by_depth = _logits(head, head_params, target_params, seq, depth)
@@ -101,17 +111,10 @@ def head_rank_acceptance(
             p_rows = t_logits[t + 1]  # [n, V] the target's law of x_{t+2}
             q_rows = q_by_depth[k][t]  # [n, V] the head's depth-(k+1) draft of it
             beta[k] += float(overlap(p_rows, q_rows, warper).sum())
-            counts[k] += t.size
             for rule in rules:
                 key, sub = jax.random.split(key)
                 got = rank_acceptance(sub, p_rows, q_rows, warper, ranks, rule, samples)
                 sums[rule][k] += np.asarray(got, np.float64).sum(0)
-    if not counts.all():
-        raise ValueError(
-            f"sequences: no chain start reaches depth {int(np.argmin(counts > 0)) + 1} (each "
-            f"needs a continuation of at least depth + 1 = {depth + 1} tokens); lower depth or "
-            "give longer continuations"
-        )
     out = {}
     for rule in rules:
         positional = sums[rule] / counts[:, None]
