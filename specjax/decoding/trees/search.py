@@ -124,7 +124,7 @@ def optimal_tree(acceptance, num_nodes: int, max_depth: int | None = None) -> To
         raise ValueError(f"max_depth={max_depth} cannot hold num_nodes={n_max} > 1 nodes")
     if _by_depth(acceptance):
         table, choice = _solve_by_depth(rows, n_max, depth)
-        return tree_from_nested(_build_by_depth(table, choice, n_max, 0))
+        return tree_from_nested(_build(table, choice, n_max, 0, step=1))
     table, choice = _solve(rows[0], n_max, depth)
     return tree_from_nested(_build(table, choice, n_max, depth))
 
@@ -178,15 +178,18 @@ def _fill(table, choice, best_below, weights, n: int) -> float:
     return table[n].max()
 
 
-def _build(table, choice, n: int, d: int) -> list:
-    """The optimal subtree of n nodes and depth <= d, as nested child lists in rank order."""
+def _build(table, choice, n: int, d: int, step: int = -1) -> list:
+    """The optimal subtree of n nodes at table row d, as nested child lists in rank order.
+
+    `_solve`'s rows are depth bounds (a child's is d - 1, `step` -1); `_solve_by_depth`'s are
+    absolute depths (a child's is d + 1, `step` +1)."""
     if n == 1:
         return []
     b = int(np.argmax(table[d, n]))
     kids = []
     while b > 0:
         m = int(choice[d, n, b])
-        kids.append(_build(table, choice, m, d - 1))
+        kids.append(_build(table, choice, m, d + step, step))
         n, b = n - m, b - 1
     return kids[::-1]
 
@@ -211,19 +214,6 @@ def _solve_by_depth(rows: np.ndarray, n_max: int, bound: int):
         for n in range(2, n_max + 1):
             best[a, n] = _fill(table[a], choice[a], best[a + 1], weights, n)
     return table, choice
-
-
-def _build_by_depth(table, choice, n: int, a: int) -> list:
-    """`_build` for `_solve_by_depth`'s tables: the subtree of n nodes rooted at depth a."""
-    if n == 1:
-        return []
-    b = int(np.argmax(table[a, n]))
-    kids = []
-    while b > 0:
-        m = int(choice[a, n, b])
-        kids.append(_build_by_depth(table, choice, m, a + 1))
-        n, b = n - m, b - 1
-    return kids[::-1]
 
 
 def tree_from_nested(children: list) -> TokenTree:
