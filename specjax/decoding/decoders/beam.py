@@ -40,6 +40,7 @@ from flax import struct
 
 from specjax import runtime
 from specjax.decoding import arguments, loop
+from specjax.decoding.argmax import top_k
 from specjax.decoding.loop import LoopState
 from specjax.decoding.prefill import prefill
 from specjax.decoding.state import DecodeStats, Sequences, last_tokens, nan_flags, nan_message
@@ -184,7 +185,7 @@ class BeamSteps:
         going = going & ~b_state.done
         n = s.seq.num_generated.reshape(batch, beams)[:, 0] + 1  # [batch] length after the step
         cand = (b_state.scores[:, :, None] + logp).reshape(batch, beams * vocab)
-        top, index = jax.lax.top_k(cand, 2 * beams)  # [batch, 2B] best first
+        top, index = top_k(cand, 2 * beams)  # [batch, 2B] best first
         parent, token = index // vocab, index % vocab  # [batch, 2B]
         rank = jnp.arange(2 * beams)[None, :]
         is_eos = (token == s.eos_id) & (s.eos_id >= 0)  # [batch, 2B]
@@ -209,7 +210,7 @@ class BeamSteps:
         at_budget = n >= s.max_new_tokens  # [batch]
         live_score = jnp.where(at_budget[:, None], new_scores / penalty, -jnp.inf)  # [batch, B]
         length = s.seq.lengths.reshape(batch, beams)[:, :1] + 1  # [batch, 1]
-        fin_scores, pick = jax.lax.top_k(
+        fin_scores, pick = top_k(
             jnp.concatenate([b_state.fin_scores, eos_score, live_score], axis=1), beams
         )  # [batch, B]
         all_tokens = jnp.concatenate(

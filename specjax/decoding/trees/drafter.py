@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.decoding.argmax import has_nan
+from specjax.decoding.argmax import has_nan, top_k
 from specjax.decoding.arguments import check_flag
 from specjax.decoding.drafters.base import Proposal, Verdict
 from specjax.decoding.prefill import prefill
@@ -116,7 +116,7 @@ class TreeDrafter:
         None when deterministic, and then bool [batch] which rows' logits held NaN (q shows it
         otherwise: None)."""
         if self.deterministic:
-            top = jax.lax.top_k(logits, num)[1].astype(jnp.int32)
+            top = top_k(logits, num)[1].astype(jnp.int32)
             return top, None, has_nan(logits).any(axis=1)
         if num == 1:  # one child: a plain draw (the same key use as ModelDrafter's)
             token, q = self.warper.draw(key, logits)

@@ -23,6 +23,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from specjax.decoding.argmax import top_k
 from specjax.decoding.drafters.base import Proposal
 from specjax.decoding.drafters.eagle import EagleDrafter
 from specjax.decoding.state import Sequences
@@ -66,11 +67,11 @@ class EagleDynamicTreeDrafter(EagleDrafter):
         if ids is not None and k <= len(ids) and not self.parent_q:
             sub = self.head.draft_logits(head_params, feats)  # [..., N]
             log_q = jnp.minimum(jax.nn.log_softmax(sub, axis=-1), 0.0)
-            scores, index = jax.lax.top_k(log_q, k)
+            scores, index = top_k(log_q, k)
             return scores, jnp.asarray(ids, jnp.int32)[index], None
         logits = self.head.logits(target_params, head_params, feats).astype(jnp.float32)
         log_q = jnp.minimum(jax.nn.log_softmax(logits, axis=-1), 0.0)
-        scores, tokens = jax.lax.top_k(log_q, k)
+        scores, tokens = top_k(log_q, k)
         return scores, tokens, (self.warper.probs(logits) if self.parent_q else None)
 
     def candidates(self, params, state, seq: Sequences):
@@ -135,7 +136,7 @@ class EagleDynamicTreeDrafter(EagleDrafter):
             pool_rank.append(jnp.tile(jnp.arange(k, dtype=jnp.int32), (batch, k)))
             pool_depth.append(jnp.full((batch, k * k), d + 1, jnp.int32))
             if d + 1 < depth:  # the k best of the level are expanded next
-                score, best = jax.lax.top_k(level_score, k)  # ties: the earlier candidate
+                score, best = top_k(level_score, k)  # ties: the earlier candidate
                 parent = best // k  # [batch, k] which expanded node
                 base = k + (d - 1) * k * k  # the level's first candidate index
                 cand = (base + best).astype(jnp.int32)

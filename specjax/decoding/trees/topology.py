@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.decoding.argmax import top_k
 from specjax.decoding.categorical import GUMBEL_MODE
 from specjax.decoding.sampling import sample_from_probs
 
@@ -239,4 +240,4 @@ def draw_children(key, probs, num, *, replacement: bool):
     inside = probs > 0
     log_q = jnp.log(jnp.where(inside, probs, 1.0))
     race = jnp.where(inside, log_q + gumbel, _OUTSIDE_SUPPORT + gumbel)
-    return jax.lax.top_k(race, num)[1].astype(jnp.int32)
+    return top_k(race, num)[1].astype(jnp.int32)
