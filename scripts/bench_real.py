@@ -86,6 +86,12 @@ flags.DEFINE_list(
 )
 flags.DEFINE_integer("tree_depth", 5, "head_trees: draft depths measured", lower_bound=1)
 flags.DEFINE_integer("tree_ranks", 4, "head_trees: children per node measured", lower_bound=1)
+flags.DEFINE_bool(
+    "tree_timing",
+    False,
+    "head_trees: also time every chain and tree as a whole loop iteration (packed, against AR) "
+    "and pick the fastest predicted: Sequoia's hardware-aware size on measured iterations",
+)
 flags.DEFINE_list(
     "draft_vocabs",
     [],
@@ -257,6 +263,10 @@ def main(argv):
 
         # In the xla layout: the heads' unrolled passes score whole sequences (training's code).
         trained = real_drafts.eagle_heads(model, FLAGS.heads)
+        packed = {}  # for the timing: the heads for the decoding target, in its layout
+        if FLAGS.tree_timing:
+            for label, (head, p) in real_drafts.eagle_heads(target, FLAGS.heads).items():
+                packed[label] = head.with_matmul(p, target.config.matmul)
         given = [
             t if isinstance(t, TokenTree) else TokenTree.from_branching(t) for t in static_trees
         ]
@@ -267,6 +277,14 @@ def main(argv):
                 depth=FLAGS.tree_depth, sizes=[int(n) for n in FLAGS.tree_sizes], trees=given,
                 eos_id=tokenizer.eos_id,
             )  # fmt: skip
+            if FLAGS.tree_timing:
+                table = head_trees.time_trees(
+                    table,
+                    target,
+                    target_params,
+                    packed,
+                    real_drafts.chat_ids(tokenizer, prompts)[0],
+                )
             emit(f"head trees t={t:g}", table, head_trees.format_head_trees(table))
     if FLAGS.out:
         os.makedirs(FLAGS.out, exist_ok=True)

@@ -48,3 +48,49 @@ def test_head_trees_table(temperature, rule):
         assert (tree.num_nodes, tree.max_depth) == (tr["nodes"], tr["depth"])
     text = format_head_trees(table)
     assert text.count("| chain γ =") == 3 and "Sequoia by depth, 6 nodes" in text
+
+
+def test_time_trees_picks_the_fastest_predicted_on_measured_iterations(monkeypatch):
+    # The timing itself is replaced by a fixed cost per program (AR 10 ms, a chain of n nodes
+    # 10 + n ms, a tree of n nodes 10 + 2n ms): what is checked is the bookkeeping, the decoder
+    # each row runs, the prediction and the pick.
+    import types
+
+    from experiments.real import head_trees
+    from specjax.decoding import SpeculativeDecoder, TreeSpeculativeDecoder
+
+    target, tp = tiny_llama(23, 2)
+    head = EagleHead(target, feature_layers=(0, 1))
+    hp = head.with_target_columns(head.init_params(jax.random.PRNGKey(9)), tp)
+    prompts = [np.array([3, 5, 7, 2], np.int32)]
+    table = head_trees_table(
+        target, tp, prompts, {"h": (head, hp)}, temperature=0.0, max_new_tokens=8,
+        ranks=2, depth=2, sizes=(4,),
+    )  # fmt: skip
+    timed = []
+
+    def fake_cost(decoder, params, prompts, *, steps, repeats):
+        if isinstance(decoder, TreeSpeculativeDecoder):
+            ms = 10 + 2 * decoder.tree.num_nodes
+        elif isinstance(decoder, SpeculativeDecoder):
+            ms = 10 + decoder.gamma + 1
+        else:
+            ms = 10
+        timed.append(ms)
+        return types.SimpleNamespace(samples=(ms / 1e3,) * repeats)
+
+    monkeypatch.setattr(head_trees, "iteration_cost", fake_cost)
+    table = head_trees.time_trees(table, target, tp, {"h": (head, hp)}, prompts[0], rounds=2)
+    rows = table["heads"]["h"]["trees"]
+    distinct = {tr["tree"] for tr in rows}
+    assert len(timed) == 2 * (1 + len(distinct))  # AR and each distinct tree, per round
+    assert table["ar_iteration_ms"] == pytest.approx(10)
+    for tr in rows:
+        tree = TokenTree.parse(tr["tree"])
+        want = 10 + (1 if tree.max_branch == 1 else 2) * tree.num_nodes
+        assert tr["iteration_ms"] == pytest.approx(want)
+        assert tr["predicted_speedup"] == pytest.approx(tr["tokens_by_depth"] * 10 / want)
+    best = max(rows, key=lambda tr: tr["predicted_speedup"])
+    assert table["heads"]["h"]["best"] == best["name"]
+    text = format_head_trees(table)
+    assert text.count("(best)") == 1 and "AR: 10.0 ms / iteration" in text

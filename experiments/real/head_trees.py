@@ -14,7 +14,11 @@ trees print in the parents notation `--trees` takes, so the next run can decode 
     python scripts/bench_real.py --parts=drafts --heads=runs/eagle3-broad \
         --kinds=EAGLE-3 --trees=-1/0/0/1/2 --gamma=3
 
-No timing here: what a tree costs on this machine is the drafts part's measurement.
+With `--tree_timing`, each distinct chain and tree is also timed as a whole loop iteration
+(`time_trees`: the packed head and target, in-loop, interleaved with AR), and the speedup it
+predicts, tokens per call (P by depth) x AR's iteration / its iteration, picks the best: Sequoia's
+hardware-aware choice of size and depth, on this machine's measured iterations rather than on a
+model of T(k) and the draft's calls (the `loop_choice` of experiments/sequoia2024/walltime.py).
 """
 
 from __future__ import annotations
@@ -23,7 +27,14 @@ import jax
 import numpy as np
 
 from experiments.common.real_drafts import tree_text
-from specjax.decoding import AutoregressiveDecoder, TokenTree, make_warper
+from specjax.benchmark.costs import iteration_cost
+from specjax.decoding import (
+    AutoregressiveDecoder,
+    SpeculativeDecoder,
+    TokenTree,
+    TreeSpeculativeDecoder,
+    make_warper,
+)
 from specjax.decoding.trees.search import expected_accepted, optimal_tree
 from specjax.training.head_acceptance import head_rank_acceptance
 
@@ -109,6 +120,53 @@ def head_trees_table(
     return out
 
 
+def time_trees(
+    table: dict, target, target_params, heads: dict, prompt, *, steps=16, repeats=3, rounds=2
+) -> dict:
+    """Adds to `table`'s trees their measured loop iteration and the speedup it predicts.
+
+    Args:
+      table: a `head_trees_table` result (its temperature is the decoders').
+      target, target_params: the target in the layout to time (packed on the CPU).
+      heads: label -> (EagleHead for that target and layout, params), the labels of `table`.
+      prompt: one chat-templated prompt (1-D ids) the iterations continue.
+      steps, repeats: `iteration_cost`'s iterations per timed loop and loops per round.
+      rounds: interleaved rounds over AR and every distinct tree (the median of all samples).
+
+    Returns:
+      `table`, each tree row with "iteration_ms" and "predicted_speedup" (tokens per call by
+      depth x AR's iteration / the tree's), and per head "best" (the name of the fastest
+      predicted) and the table's "ar_iteration_ms". Chains run as `SpeculativeDecoder`s, trees
+      as `TreeSpeculativeDecoder`s (siblings without replacement; top-k children at t = 0).
+    """
+    warper = make_warper(table["temperature"])
+    programs = {"AR": (AutoregressiveDecoder(target, warper, cache_len=512), (target_params,))}
+    for label, (head, params) in heads.items():
+        for row in table["heads"][label]["trees"]:
+            tree = TokenTree.parse(row["tree"])
+            if tree.max_branch == 1:
+                dec = SpeculativeDecoder(target, head, tree.num_nodes - 1, warper, cache_len=512)
+            else:
+                dec = TreeSpeculativeDecoder(
+                    target, head, tree, warper, replacement=False, cache_len=512
+                )
+            programs.setdefault((label, row["tree"]), (dec, (target_params, params)))
+    samples = {name: [] for name in programs}
+    for _ in range(rounds):
+        for name, (dec, params) in programs.items():
+            timing = iteration_cost(dec, params, [prompt], steps=steps, repeats=repeats)
+            samples[name].extend(timing.samples)
+    ms = {name: float(np.median(s)) * 1e3 for name, s in samples.items()}
+    table["ar_iteration_ms"] = ms["AR"]
+    for label in heads:
+        rows = table["heads"][label]["trees"]
+        for row in rows:
+            row["iteration_ms"] = ms[(label, row["tree"])]
+            row["predicted_speedup"] = row["tokens_by_depth"] * ms["AR"] / row["iteration_ms"]
+        table["heads"][label]["best"] = max(rows, key=lambda r: r["predicted_speedup"])["name"]
+    return table
+
+
 def format_head_trees(table: dict) -> str:
     """Markdown: per head, P by depth and rank, then the trees' predicted tokens per call."""
     t = table["temperature"]
@@ -133,16 +191,24 @@ def format_head_trees(table: dict) -> str:
         for d, row in enumerate(rows):
             cells = " | ".join(f"{x:.3f}" for x in row)
             lines.append(f"| {d + 1} | {head['positions'][d]} | {head['alpha'][d]:.3f} | {cells} |")
+        timed = "ar_iteration_ms" in table
+        extra = " ms / iteration | predicted speedup |" if timed else ""
         lines += [
             "",
             "| tree | nodes | depth | tokens / call, P by depth | tokens / call, first row only "
-            "| --trees |",
-            "|---|---|---|---|---|---|",
+            "| --trees |" + extra,
+            "|---|---|---|---|---|---|" + ("---|---|" if timed else ""),
         ]
         for tr in head["trees"]:
+            cells = ""
+            if timed:
+                mark = " (best)" if tr["name"] == head["best"] else ""
+                cells = f" {tr['iteration_ms']:.1f} | {tr['predicted_speedup']:.2f}x{mark} |"
             lines.append(
                 f"| {tr['name']} | {tr['nodes']} | {tr['depth']} | {tr['tokens_by_depth']:.3f} "
-                f"| {tr['tokens_by_vector']:.3f} | `{tr['tree']}` |"
+                f"| {tr['tokens_by_vector']:.3f} | `{tr['tree']}` |" + cells
             )
+        if timed:
+            lines += ["", f"AR: {table['ar_iteration_ms']:.1f} ms / iteration (token)."]
         lines.append("")
     return "\n".join(lines)
