@@ -80,7 +80,9 @@ def test_time_trees_picks_the_fastest_predicted_on_measured_iterations(monkeypat
         return types.SimpleNamespace(samples=(ms / 1e3,) * repeats)
 
     monkeypatch.setattr(head_trees, "iteration_cost", fake_cost)
-    table = head_trees.time_trees(table, target, tp, {"h": (head, hp)}, prompts[0], rounds=2)
+    table = head_trees.time_trees(
+        table, target, tp, {"h": (head, hp)}, prompts[0], rounds=2, cache_len=32
+    )
     rows = table["heads"]["h"]["trees"]
     distinct = {tr["tree"] for tr in rows}
     assert len(timed) == 2 * (1 + len(distinct))  # AR and each distinct tree, per round

@@ -121,7 +121,16 @@ def head_trees_table(
 
 
 def time_trees(
-    table: dict, target, target_params, heads: dict, prompt, *, steps=16, repeats=3, rounds=2
+    table: dict,
+    target,
+    target_params,
+    heads: dict,
+    prompt,
+    *,
+    steps=16,
+    repeats=3,
+    rounds=2,
+    cache_len=512,
 ) -> dict:
     """Adds to `table`'s trees their measured loop iteration and the speedup it predicts.
 
@@ -132,6 +141,7 @@ def time_trees(
       prompt: one chat-templated prompt (1-D ids) the iterations continue.
       steps, repeats: `iteration_cost`'s iterations per timed loop and loops per round.
       rounds: interleaved rounds over AR and every distinct tree (the median of all samples).
+      cache_len: the decoders' cache (the prompt plus one iteration must fit).
 
     Returns:
       `table`, each tree row with "iteration_ms" and "predicted_speedup" (tokens per call by
@@ -140,15 +150,19 @@ def time_trees(
       as `TreeSpeculativeDecoder`s (siblings without replacement; top-k children at t = 0).
     """
     warper = make_warper(table["temperature"])
-    programs = {"AR": (AutoregressiveDecoder(target, warper, cache_len=512), (target_params,))}
+    programs = {
+        "AR": (AutoregressiveDecoder(target, warper, cache_len=cache_len), (target_params,))
+    }
     for label, (head, params) in heads.items():
         for row in table["heads"][label]["trees"]:
             tree = TokenTree.parse(row["tree"])
             if tree.max_branch == 1:
-                dec = SpeculativeDecoder(target, head, tree.num_nodes - 1, warper, cache_len=512)
+                dec = SpeculativeDecoder(
+                    target, head, tree.num_nodes - 1, warper, cache_len=cache_len
+                )
             else:
                 dec = TreeSpeculativeDecoder(
-                    target, head, tree, warper, replacement=False, cache_len=512
+                    target, head, tree, warper, replacement=False, cache_len=cache_len
                 )
             programs.setdefault((label, row["tree"]), (dec, (target_params, params)))
     samples = {name: [] for name in programs}
