@@ -31,6 +31,7 @@ import numpy as np
 from specjax import checks
 from specjax.alpha import check_sequences, overlap
 from specjax.decoding import TokenTree, Warper, residual_distribution, tree_accept
+from specjax.decoding.argmax import top_k
 from specjax.decoding.trees.search import conditional_from_positional
 from specjax.decoding.trees.topology import draw_children
 from specjax.models.interface import check_pair
@@ -110,7 +111,7 @@ def rank_acceptance(
     p = warper.probs(target_logits.astype(jnp.float32))
     q = warper.probs(draft_logits.astype(jnp.float32))
     if rule == "top_k" or (rule == "without" and warper.is_greedy):
-        top = jax.lax.top_k(draft_logits.astype(jnp.float32), ranks)[1]  # [n, K]
+        top = top_k(draft_logits.astype(jnp.float32), ranks)[1]  # [n, K]
         return jnp.take_along_axis(p, top, axis=-1)
     if rule == "with":
         return _with_replacement(p, q, ranks)

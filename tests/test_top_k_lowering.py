@@ -1,4 +1,4 @@
-"""Tree drafters' top-k children must compile to XLA:CPU's TopK kernel, not to a full sort.
+"""Top-k children and the top-k warper must compile to XLA:CPU's TopK kernel, not to a full sort.
 
 Inside a decoder's loop, XLA:CPU's simplifier merged the slices of a decomposed `lax.top_k`
 with their consumers before the pass that turns sort + slices back into the TopK kernel ran,
@@ -41,6 +41,17 @@ def test_a_branching_tree_drafter_compiles_its_children_to_the_top_k_kernel():
     lowered = loop.generate_jit.lower(dec, (params, params), tokens, lengths, key, 8, -1)
     hlo = lowered.compile().as_text()
     assert hlo.count('custom_call_target="TopK"') >= 2  # the root's level and node 1's
+    assert _top_k_sorts(hlo) == 0
+
+
+def test_the_top_k_warper_compiles_to_the_top_k_kernel():
+    # The warper reads the k-th value off `top_k`'s values: the simplifier merged that slice
+    # with top_k's own, and every warped row was sorted whole (4 rows of 49,152 logits: 32 ms
+    # against 0.4 with the kernel, measured under load).
+    warper = make_warper(1.0, top_k=40)
+    x = jax.random.normal(jax.random.key(0), (2, 256))
+    hlo = jax.jit(warper.probs).lower(x).compile().as_text()
+    assert hlo.count('custom_call_target="TopK"') == 1
     assert _top_k_sorts(hlo) == 0
 
 

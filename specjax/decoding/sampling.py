@@ -23,6 +23,7 @@ import numpy as np
 
 from specjax import checks
 from specjax.decoding.argmax import first_argmax, has_nan
+from specjax.decoding.argmax import top_k as _top_k  # make_warper has a top_k argument
 from specjax.decoding.categorical import sample_from_probs  # re-exported: the shared sampler
 
 _NEG_INF = -jnp.inf
@@ -97,7 +98,7 @@ class TopK:
         vocab = logits.shape[-1]
         if self.top_k >= vocab:
             return logits
-        kth = jax.lax.top_k(logits, self.top_k)[0][..., -1:]  # [..., 1]
+        kth = _top_k(logits, self.top_k)[0][..., -1:]  # [..., 1]
         return _masked(logits, logits >= kth)
 
 

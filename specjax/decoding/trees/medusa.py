@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.decoding.argmax import has_nan
+from specjax.decoding.argmax import has_nan, top_k
 from specjax.decoding.drafters.base import Proposal
 from specjax.decoding.drafters.medusa import MedusaDrafter, MedusaState
 from specjax.decoding.state import Sequences
@@ -80,7 +80,7 @@ class MedusaTreeDrafter(MedusaDrafter):
             num = int(max(len(tree.children[i]) for i in range(first, end)))
             parent = parents[lo:hi] - first  # [n_{d+1}] parent's index within level d
             if self.deterministic:
-                top = jax.lax.top_k(logits[:, d], num)[1].astype(jnp.int32)  # [batch, num]
+                top = top_k(logits[:, d], num)[1].astype(jnp.int32)  # [batch, num]
                 tokens.append(top[:, ranks[lo:hi]])
                 continue
             q = self.warper.probs(logits[:, d])  # [batch, vocab]
