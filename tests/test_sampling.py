@@ -116,6 +116,24 @@ def test_top_p_boundary_mass_exactly_reaching_top_p():
     _assert_probs(make_warper(top_p=0.5).probs(jnp.zeros(4)), _probs([1, 1, 0, 0]))
 
 
+def test_top_p_keeps_what_a_sort_by_hand_keeps_on_batched_rows_with_ties():
+    # The reference: numpy's stable sort of -probs, the float32 mass before each token in that
+    # order, and the kept set mapped back by the inverse permutation. Logits from a coarse grid,
+    # so rows hold ties at the boundary; leading dims [2, 3].
+    rng = np.random.default_rng(4)
+    logits = rng.choice(np.linspace(-2.0, 2.0, 9), size=(2, 3, 50)).astype(np.float32)
+    for top_p in (0.3, 0.5, 0.9):
+        got = np.asarray(jax.jit(TopP(top_p))(jnp.asarray(logits)))
+        probs = np.asarray(jax.nn.softmax(jnp.asarray(logits), axis=-1))
+        order = np.argsort(-probs, axis=-1, kind="stable")
+        sorted_probs = np.take_along_axis(probs, order, axis=-1)
+        before = np.asarray(jnp.cumsum(jnp.asarray(sorted_probs), axis=-1)) - sorted_probs
+        keep = np.zeros(probs.shape, bool)
+        np.put_along_axis(keep, order, before < top_p, axis=-1)
+        np.testing.assert_array_equal(np.isfinite(got), keep)
+        np.testing.assert_array_equal(got[keep], logits[keep])
+
+
 def test_top_p_tiny_keeps_only_the_argmax():
     _assert_probs(make_warper(top_p=1e-9).probs(_logits([0.2, 0.3, 0.4, 0.1])), [0, 0, 1, 0])
 

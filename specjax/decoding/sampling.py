@@ -125,10 +125,19 @@ class TopP:
         sorted_probs = jnp.take_along_axis(probs, order, axis=-1)
         mass_before = jnp.cumsum(sorted_probs, axis=-1) - sorted_probs
         keep_sorted = mass_before < self.top_p  # [..., vocab] in sorted order
-        # Scatter the decision back to vocabulary order: inverse permutation of `order`.
-        inverse = jnp.argsort(order, axis=-1)
-        keep = jnp.take_along_axis(keep_sorted, inverse, axis=-1)
-        return _masked(logits, keep)
+        # Scatter the decision back to vocabulary order: `order` is a permutation of each row,
+        # so a scatter inverts it (a second argsort did, at the cost of another sort of every
+        # row: 113 -> 66 ms for the warper over 4 x 49,152 logits on XLA:CPU, measured under
+        # load, with the same output).
+        vocab = order.shape[-1]
+        rows = order.reshape(-1, vocab)  # [rows, vocab]
+        index = jnp.arange(rows.shape[0])[:, None]
+        keep = (
+            jnp.zeros(rows.shape, bool)
+            .at[index, rows]
+            .set(keep_sorted.reshape(rows.shape), unique_indices=True)
+        )
+        return _masked(logits, keep.reshape(order.shape))
 
 
 @dataclasses.dataclass(frozen=True)
