@@ -134,6 +134,108 @@ def test_top_p_keeps_what_a_sort_by_hand_keeps_on_batched_rows_with_ties():
         np.testing.assert_array_equal(got[keep], logits[keep])
 
 
+def _kept_by_hand(probs: np.ndarray, top_p: float) -> np.ndarray:
+    """The nucleus by numpy's stable sort of each whole row (float32 cumulative mass)."""
+    order = np.argsort(-probs, axis=-1, kind="stable")
+    sorted_probs = np.take_along_axis(probs, order, axis=-1)
+    before = np.asarray(jnp.cumsum(jnp.asarray(sorted_probs), axis=-1)) - sorted_probs
+    keep = np.zeros(probs.shape, bool)
+    np.put_along_axis(keep, order, before < top_p, axis=-1)
+    return keep
+
+
+def _tier_rows(rng, vocab: int) -> np.ndarray:
+    """[12, vocab] float32 logits whose nuclei range from a few tokens to most of the row; every
+    third row is rounded to a coarse grid, so ties sit at the boundary."""
+    scales = np.geomspace(0.05, 12.0, 12)[:, None]
+    logits = (rng.standard_normal((12, vocab)) * scales).astype(np.float32)
+    logits[::3] = np.round(logits[::3] * 2) / 2
+    return logits
+
+
+@pytest.mark.parametrize("top_p", [0.3, 0.9, 0.97])
+def test_top_p_tiers_keep_what_a_whole_sort_keeps(top_p):
+    # TopP looks at the k most likely tokens of the smallest tier that covers every row's
+    # nucleus and sorts whole rows only past the last tier. Small tiers over a vocab of 160, so
+    # each branch runs: the first tier, the second, and the sort (asserted below, on the host).
+    from specjax.decoding import sampling
+
+    tiers = (8, 40)
+    rng = np.random.default_rng(11)
+    nucleus = jax.jit(lambda p: sampling._nucleus(p, top_p, tiers))
+    branches = set()
+    for _ in range(6):
+        logits = _tier_rows(rng, 160)
+        for rows in (logits[i : i + 3] for i in range(0, 12, 3)):  # batches of 3 rows
+            probs = np.asarray(jax.nn.softmax(jnp.asarray(rows), axis=-1))
+            mass = [np.sort(probs, -1)[:, ::-1][:, :k].sum(-1).min() for k in tiers]
+            branches.add(
+                next((k for k, m in zip(tiers, mass, strict=True) if m >= top_p + 2e-4), "sort")
+            )
+            got = np.asarray(nucleus(jnp.asarray(probs)))
+            np.testing.assert_array_equal(got, _kept_by_hand(probs, top_p))
+    assert branches == {8, 40, "sort"}
+
+
+def test_top_p_tiers_at_a_real_vocabulary():
+    # The shipped tiers (1,024 and 4,096 tokens) at 49,152 entries: one peaked batch (the first
+    # tier covers it), one with a row whose nucleus holds ~2,500 tokens (the second), one flat
+    # (the sort).
+    from specjax.decoding import sampling
+
+    rng = np.random.default_rng(12)
+    vocab = 49_152
+    base = rng.standard_normal((3, vocab)).astype(np.float32)
+    cases = {
+        sampling.NUCLEUS_TIERS[0]: base * 8.0,
+        sampling.NUCLEUS_TIERS[1]: np.concatenate([base[:2] * 8.0, base[2:] * 3.0]),
+        "sort": base * 0.5,
+    }
+    warp = jax.jit(TopP(0.9))
+    for tier, logits in cases.items():
+        probs = np.asarray(jax.nn.softmax(jnp.asarray(logits), axis=-1))
+        mass = [np.sort(probs, -1)[:, ::-1][:, :k].sum(-1).min() for k in sampling.NUCLEUS_TIERS]
+        covers = [k for k, m in zip(sampling.NUCLEUS_TIERS, mass, strict=True) if m >= 0.9 + 2e-4]
+        assert (covers or ["sort"])[0] == tier, mass  # the case runs the branch it is named after
+        got = np.asarray(warp(jnp.asarray(logits)))
+        np.testing.assert_array_equal(np.isfinite(got), _kept_by_hand(probs, 0.9))
+
+
+def test_top_p_tier_test_catches_a_tier_that_decides_for_rows_it_does_not_cover(monkeypatch):
+    # Negative control: a tier that always decides (no coverage check) keeps too few tokens of
+    # the rows whose nucleus reaches past it, and the comparison above must see that.
+    from specjax.decoding import sampling
+
+    monkeypatch.setattr(sampling, "_PREFILTER_MARGIN", -2.0)  # every tier "covers" every row
+    logits = _tier_rows(np.random.default_rng(13), 160)
+    probs = np.asarray(jax.nn.softmax(jnp.asarray(logits), axis=-1))
+    got = np.asarray(jax.jit(lambda p: sampling._nucleus(p, 0.9, (8, 40)))(jnp.asarray(probs)))
+    assert not np.array_equal(got, _kept_by_hand(probs, 0.9))
+
+
+def test_top_p_after_top_k_leads_with_top_k_and_still_sees_ties_past_it():
+    # make_warper's TopP first looks at top_k tokens. TopK keeps every tie of the k-th value, so
+    # here 7 tokens survive top_k = 3 (weights 4 and six 1s, mass 0.4 and 0.1 each) and the
+    # nucleus at 0.85 holds 6 of them: the first tier (mass 0.6) does not cover it and the next
+    # one decides.
+    warper = make_warper(1.0, top_k=3, top_p=0.85)
+    assert warper.warpers[-1].tiers[0] == 3
+    logits = _logits([1, 1, 0.5, 4, 1, 1, 1, 0.25, 1, 0.5] + [0.01] * 1100)
+    want = np.zeros(1110)
+    want[[0, 1, 3, 4, 5, 6]] = [1, 1, 4, 1, 1, 1]  # the mass before the 7th (index 8) is 0.9
+    _assert_probs(jax.jit(warper.probs)(logits), want / want.sum())
+    assert make_warper(1.0, top_k=5000, top_p=0.9).warpers[-1].tiers == (1024, 4096)
+
+
+@pytest.mark.parametrize(
+    "tiers, message",
+    [((0, 8), "integers >= 1"), ((8, 8), "increase strictly"), ((64, 8), "increase"), (8, "tuple")],
+)
+def test_top_p_rejects_bad_tiers(tiers, message):
+    with pytest.raises(ValueError, match=f"TopP.tiers.*{message}"):
+        TopP(0.9, tiers)
+
+
 def test_top_p_tiny_keeps_only_the_argmax():
     _assert_probs(make_warper(top_p=1e-9).probs(_logits([0.2, 0.3, 0.4, 0.1])), [0, 0, 1, 0])
 
@@ -176,7 +278,7 @@ def test_greedy_sample_is_the_argmax():
 
 def test_chain_order_is_temperature_then_top_k_then_top_p():
     warper = make_warper(temperature=0.5, top_k=3, top_p=0.6)
-    assert warper.warpers == (Temperature(0.5), TopK(3), TopP(0.6))
+    assert warper.warpers == (Temperature(0.5), TopK(3), TopP(0.6, (3, 1024, 4096)))
     # Weights [1, 2, 3, 4] -> temperature 0.5 -> [1, 4, 9, 16] -> top-3 -> [0, 4, 9, 16] (mass
     # 4/29, 9/29, 16/29) -> top-p 0.6: 16/29 = 0.55 < 0.6 so 9 is kept too -> [0, 0, 9, 16].
     _assert_probs(warper.probs(_logits([1, 2, 3, 4])), _probs([0, 0, 9, 16]))

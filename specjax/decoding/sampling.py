@@ -108,36 +108,92 @@ class TopP:
 
     A token is kept when the mass of the tokens strictly more likely than it (in sorted order) is
     below `top_p`, so the most likely token is always kept and `top_p=1` keeps everything.
+
+    Attributes:
+      top_p: in (0, 1].
+      tiers: increasing token counts tried before a sort of whole rows (see `NUCLEUS_TIERS`);
+        they change the cost, never the kept set. `make_warper` leads with top_k's count.
     """
 
     top_p: float
+    tiers: tuple = None  # None: NUCLEUS_TIERS
 
     def __post_init__(self):
         p = self.top_p
         if not _is_real(p) or not (0.0 < p <= 1.0):
             raise ValueError(f"top_p must be in (0, 1] (got {p!r})")
+        tiers = NUCLEUS_TIERS if self.tiers is None else self.tiers
+        if not isinstance(tiers, tuple | list) or not all(_is_int(k) and k >= 1 for k in tiers):
+            raise ValueError(f"TopP.tiers must be a tuple of integers >= 1 (got {tiers!r})")
+        if list(tiers) != sorted(set(tiers)):
+            raise ValueError(f"TopP.tiers must increase strictly (got {tiers!r})")
+        object.__setattr__(self, "tiers", tuple(int(k) for k in tiers))
 
     def __call__(self, logits: jax.Array) -> jax.Array:
         if self.top_p >= 1.0:
             return logits
-        probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
-        order = jnp.argsort(-probs, axis=-1, stable=True)  # [..., vocab] most likely first
-        sorted_probs = jnp.take_along_axis(probs, order, axis=-1)
-        mass_before = jnp.cumsum(sorted_probs, axis=-1) - sorted_probs
-        keep_sorted = mass_before < self.top_p  # [..., vocab] in sorted order
-        # Scatter the decision back to vocabulary order: `order` is a permutation of each row,
-        # so a scatter inverts it (a second argsort did, at the cost of another sort of every
-        # row: 113 -> 66 ms for the warper over 4 x 49,152 logits on XLA:CPU, measured under
-        # load, with the same output).
-        vocab = order.shape[-1]
-        rows = order.reshape(-1, vocab)  # [rows, vocab]
-        index = jnp.arange(rows.shape[0])[:, None]
-        keep = (
-            jnp.zeros(rows.shape, bool)
-            .at[index, rows]
-            .set(keep_sorted.reshape(rows.shape), unique_indices=True)
-        )
-        return _masked(logits, keep.reshape(order.shape))
+        probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)  # [..., vocab]
+        tiers = () if self.top_p > 1.0 - _PREFILTER_MARGIN else self.tiers
+        return _masked(logits, _nucleus(probs, self.top_p, tiers))
+
+
+# Most nuclei hold a few dozen tokens of a large vocabulary. `TopP` first takes the 1,024 most
+# likely tokens with XLA's TopK kernel (0.5 ms for a row of 49,152 on our CPU, where a stable
+# sort of the row costs 16 ms), then 4,096 (1.5 ms), and sorts whole rows only when some row's
+# nucleus reaches past those. SmolLM2-135M-Instruct's t = 1 rows along its own samples (24
+# prompts, 2,304 rows): at top_p = 0.9 the nucleus held a median of 14 tokens, more than 1,024
+# in 1.7 % of rows and never more than 4,096; at 0.95, 37, 7.5 % and 0.09 %.
+NUCLEUS_TIERS = (1024, 4096)
+# A tier decides only when its k tokens hold at least top_p + this mass, far above the float32
+# rounding of a cumulative sum (a few ulps of 1), so every token past the k-th has mass before
+# it >= top_p in the sorted computation too: every path keeps the same set (tested).
+_PREFILTER_MARGIN = 1e-4
+
+
+def _nucleus(probs: jax.Array, top_p: float, tiers: tuple) -> jax.Array:
+    """[..., vocab] probabilities -> [..., vocab] bool, the nucleus: the smallest tier whose
+    tokens cover every row's nucleus, else a sort of each whole row. One branch runs for the
+    whole batch, so nothing is computed twice."""
+    vocab = probs.shape[-1]
+    if not tiers or tiers[0] >= vocab:
+        return _nucleus_by_sort(probs, top_p)
+    values, ids = _top_k(probs, tiers[0])  # [..., k] most likely first, lower id first on ties
+    covered = jnp.all(jnp.sum(values, axis=-1) >= top_p + _PREFILTER_MARGIN)
+    return jax.lax.cond(
+        covered,
+        lambda: _scatter_keep(ids, _kept_in_order(values, top_p), vocab),
+        lambda: _nucleus(probs, top_p, tiers[1:]),
+    )
+
+
+def _kept_in_order(sorted_probs: jax.Array, top_p: float) -> jax.Array:
+    """[..., n] probabilities, most likely first -> [..., n] bool: the mass strictly before each
+    token is below top_p. A cumulative sum's first n entries do not depend on what follows them
+    on XLA:CPU (tested), so a prefix of the sorted row gives the same decisions as the row."""
+    mass_before = jnp.cumsum(sorted_probs, axis=-1) - sorted_probs
+    return mass_before < top_p
+
+
+def _scatter_keep(ids: jax.Array, keep_sorted: jax.Array, vocab: int) -> jax.Array:
+    """Decisions in sorted order ([..., n] at distinct token `ids`) -> [..., vocab] bool."""
+    n = ids.shape[-1]
+    rows = ids.reshape(-1, n)  # [rows, n]
+    index = jnp.arange(rows.shape[0])[:, None]
+    keep = (
+        jnp.zeros((rows.shape[0], vocab), bool)
+        .at[index, rows]
+        .set(keep_sorted.reshape(rows.shape), unique_indices=True)
+    )
+    return keep.reshape(ids.shape[:-1] + (vocab,))
+
+
+def _nucleus_by_sort(probs: jax.Array, top_p: float) -> jax.Array:
+    """[..., vocab] probabilities -> [..., vocab] bool, the nucleus, by a stable sort of each
+    whole row. Its permutation is inverted by a scatter: a second argsort did the same at the
+    cost of another sort (113 -> 66 ms for 4 x 49,152 logits on XLA:CPU, under load)."""
+    order = jnp.argsort(-probs, axis=-1, stable=True)  # [..., vocab] most likely first
+    sorted_probs = jnp.take_along_axis(probs, order, axis=-1)
+    return _scatter_keep(order, _kept_in_order(sorted_probs, top_p), probs.shape[-1])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -291,5 +347,8 @@ def make_warper(temperature: float = 1.0, top_k: int | None = None, top_p: float
     if top_k:
         chain.append(TopK(int(top_k)))
     if top_p < 1:
-        chain.append(TopP(float(top_p)))
+        # After top-k, the first top_k tokens usually hold every kept token (ties may add more;
+        # the tier checks its coverage): 0.1 ms a row at top_k = 40 instead of 0.5 at 1,024.
+        lead = (int(top_k),) if top_k and top_k < NUCLEUS_TIERS[0] else ()
+        chain.append(TopP(float(top_p), lead + NUCLEUS_TIERS))
     return Warper(tuple(chain))
