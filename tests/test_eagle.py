@@ -221,23 +221,70 @@ def test_eagle_tree_features_and_greedy():
         )
 
 
-@pytest.mark.parametrize("structure", ["chain", "tree"], ids=["chain", "tree-3-1-supp-exhausted"])
-def test_a_reduced_draft_vocabulary_is_lossless(structure):
-    """EAGLE-3's reduced vocabulary: q is 0 outside 2 of 5 tokens. In the tree, the root's three
-    children are drawn without replacement from a q with two tokens of support: the third is
-    drawn after supp q is exhausted (the trap of the issue). False-failure rate as above."""
+# Reduced-vocabulary trees: (draft ids, branching, warper, replacement). Children are drawn
+# over the draft ids alone, except where a level's q has fewer tokens of support than children.
+REDUCED_TREES = {
+    # 3 children, 2 draft ids: every level races over the full vocabulary (static).
+    "tree-3-1-supp-exhausted": ((1, 3), (3, 1), T1, False),
+    # 3 children from 3 draft ids: the race runs over the draft ids alone.
+    "tree-3-1-inside": ((0, 1, 3), (3, 1), T1, False),
+    # top-k = 2 leaves 2 of the 3 draft ids in supp q: the full-vocabulary race (the lax.cond).
+    # The head's own random columns (not the target's), so p's two tokens often lie outside
+    # supp q and the third sibling decides: the case its negative control needs.
+    "tree-3-1-top-k-2-fallback": ((0, 1, 3), (3, 1), make_warper(1.0, top_k=2), False),
+    "tree-2-2-replacement": ((0, 1, 3), (2, 2), T1, True),
+}
+
+
+def _reduced_decoder(structure, race_inside_only=False):
     target, tp = tiny_llama(5)
-    head = EagleHead(target, draft_ids=(1, 3))
-    hp = head.with_target_columns(head.init_params(jax.random.PRNGKey(7)), tp)
-    if structure == "chain":
-        dec = SpeculativeDecoder(target, head, 3, T1, cache_len=32)
+    ids, branching, warper, replacement = REDUCED_TREES.get(structure, ((1, 3), None, T1, None))
+    head = EagleHead(target, draft_ids=ids)
+    hp = head.init_params(jax.random.PRNGKey(7))
+    if "fallback" in structure:  # a q far from p: every 2-d weight x 3
+        hp = jax.tree.map(lambda x: x * 3.0 if x.ndim == 2 else x, hp)
     else:
-        tree = TokenTree.from_branching((3, 1))
-        dec = TreeSpeculativeDecoder(target, head, tree, T1, replacement=False, cache_len=32)
+        hp = head.with_target_columns(hp, tp)
     logits = head.logits(tp, hp, jnp.ones((2, 16)))
-    assert bool(jnp.isneginf(logits[:, jnp.array([0, 2, 4])]).all())
+    outside = [t for t in range(5) if t not in ids]
+    assert bool(jnp.isneginf(logits[:, jnp.array(outside)]).all())
+    if structure == "chain":
+        return SpeculativeDecoder(target, head, 3, warper, cache_len=32), tp, hp
+    tree = TokenTree.from_branching(branching)
+    if race_inside_only:  # the planted bias (a subclass: a different static argument to jit)
+        head = _RaceInsideOnly(head=head, warper=warper, tree=tree, replacement=replacement)
+    dec = TreeSpeculativeDecoder(target, head, tree, warper, replacement=replacement, cache_len=32)
+    return dec, tp, hp
+
+
+class _RaceInsideOnly(EagleTreeDrafter):
+    """Planted bug: races siblings over the draft ids even past supp q."""
+
+    race_inside_only = True
+
+
+@pytest.mark.parametrize("structure", ["chain", *REDUCED_TREES])
+def test_a_reduced_draft_vocabulary_is_lossless(structure):
+    """EAGLE-3's reduced vocabulary: q is 0 outside 2 or 3 of 5 tokens. In the trees the root's
+    children are drawn without replacement from a q with two tokens of support (two draft ids,
+    or top-k = 2 over three): the third is drawn after supp q is exhausted (the trap of the
+    issue), or from three (the race over the draft ids alone), or with replacement.
+    False-failure rate as above."""
+    dec, tp, hp = _reduced_decoder(structure)
     report = testing.check_decoder(
         dec, tp, hp, draws=1 << 14, prompts=((2,), (1, 4, 3)), mixed=True
     )
     print(report)
     assert report.passed
+
+
+def test_racing_inside_the_draft_vocabulary_past_supp_q_is_caught():
+    """Negative control: where top-k = 2 leaves two tokens of support, a third sibling raced
+    over the draft ids alone lands on the one draft id left (the verifier expects it uniform
+    over all three untried tokens), and the check must fail."""
+    dec, tp, hp = _reduced_decoder("tree-3-1-top-k-2-fallback", race_inside_only=True)
+    report = testing.check_decoder(
+        dec, tp, hp, draws=1 << 14, prompts=((2,), (1, 4, 3)), mixed=True
+    )
+    print(report)
+    assert not report.passed

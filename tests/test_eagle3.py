@@ -204,9 +204,31 @@ def test_draft_vocabs_cut_a_head_to_its_own_most_frequent_ids(monkeypatch):
         real_drafts._restricted_head("run", head, hp, 6, 23)
 
 
+def test_drawing_over_the_draft_ids_gives_the_full_rows_law():
+    """The chain drafter draws over the draft ids alone: the q it reports is the warped
+    full-row q (0 off the draft ids; float32 rounding apart), and its tokens follow q (each
+    draft id's count over 4,096 keys within 5 sigma of 4,096 q: a lossless draw fails one of
+    the 6 ids with probability < 6 x 6e-7)."""
+    ids = (1, 3, 5, 8, 13, 21)
+    target, tp, head, hp = _head(draft_ids=ids)
+    warper = make_warper(0.7, top_k=4, top_p=0.9)
+    drafter = SpeculativeDecoder(target, head, 3, warper, cache_len=32).drafter
+    feature = 0.1 * jax.random.normal(jax.random.PRNGKey(5), (1, head.embed_dim))
+    keys = jax.random.split(jax.random.PRNGKey(6), 4096)
+    tokens, q = jax.jit(jax.vmap(lambda k: drafter._draw((tp, hp), feature, k)))(keys)
+    want = warper.probs(head.logits(tp, hp, feature))[0]  # [23]
+    np.testing.assert_allclose(q[:, 0], np.broadcast_to(want, (4096, 23)), rtol=1e-6, atol=1e-7)
+    assert 1 < int((np.asarray(want) > 0).sum()) < 6  # top-k and top-p cut some draft ids
+    counts = np.bincount(np.asarray(tokens[:, 0]), minlength=23)
+    sd = np.sqrt(4096 * want * (1 - want))
+    assert np.all(np.abs(counts - 4096 * want) <= 5 * sd + 1e-9), (counts, 4096 * want)
+
+
+@pytest.mark.parametrize("draft_ids", [None, (1, 3, 5, 8, 13, 21)], ids=["full", "reduced"])
 @pytest.mark.parametrize("structure", ["chain", "tree"])
-def test_eagle3_greedy_equals_autoregressive(structure):
-    target, tp, head, hp = _head()
+def test_eagle3_greedy_equals_autoregressive(structure, draft_ids):
+    # With draft ids the drafters draw over those ids alone and map them to target ids.
+    target, tp, head, hp = _head(draft_ids=draft_ids)
     if structure == "chain":
         dec = SpeculativeDecoder(target, head, 4, T0, cache_len=32)
     else:

@@ -36,9 +36,10 @@ def target_columns(target, target_params, ids) -> jax.Array:
     return target.unembed(target_params, eye)[:, jnp.asarray(ids)]
 
 
-def full_rows(sub: jax.Array, ids, vocab_size: int) -> jax.Array:
-    """float32 [..., vocab] logits: `sub` [..., N] at `ids`, -inf elsewhere (q = 0 there)."""
-    full = jnp.full(sub.shape[:-1] + (vocab_size,), -jnp.inf, jnp.float32)
+def full_rows(sub: jax.Array, ids, vocab_size: int, fill: float = -jnp.inf) -> jax.Array:
+    """float32 [..., vocab]: `sub` [..., N] at `ids`, `fill` elsewhere (-inf for logits, so
+    q = 0 there; 0 for probabilities)."""
+    full = jnp.full(sub.shape[:-1] + (vocab_size,), fill, jnp.float32)
     return full.at[..., jnp.asarray(ids)].set(sub.astype(jnp.float32))
 
 

@@ -36,6 +36,7 @@ from specjax.decoding.drafters.base import Proposal, Verdict
 from specjax.decoding.drafters.model import default_unroll
 from specjax.decoding.sampling import Warper, check_warper
 from specjax.decoding.state import Sequences
+from specjax.models.draft_vocab import full_rows
 from specjax.models.kv_cache import KVCache, rollback, write_rows
 
 
@@ -117,8 +118,18 @@ class EagleDrafter:
         return EagleState(cache, feats)
 
     def _draw(self, params, feature, key):
-        """(token [batch], q [batch, vocab]) from the head's predicted feature [batch, embed]."""
-        return self.warper.draw(key, self.head.logits(*params, feature))
+        """(token [batch], q [batch, vocab]) from the head's predicted feature [batch, embed].
+
+        With a draft vocabulary the draw runs over its N ids alone: q is 0 at every other
+        token, so this is the law over the full row at N / vocab of the cost (warper, softmax
+        and draw), and the rule gets that q scattered back to full rows. `draft_ids` are
+        sorted, so ties fall to the same token as over the full row."""
+        ids = self.head.draft_ids
+        if ids is None:
+            return self.warper.draw(key, self.head.logits(*params, feature))
+        index, q = self.warper.draw(key, self.head.draft_logits(params[1], feature))
+        token = jnp.asarray(ids, jnp.int32)[index]
+        return token, full_rows(q, ids, self.vocab_size, fill=0.0)
 
     def catch_up(self, params, state: EagleState, seq: Sequences, width: int):
         """Feeds the true pairs the head has not seen (at most `width`, static).

@@ -26,7 +26,8 @@ from specjax.decoding.drafters.base import Proposal
 from specjax.decoding.drafters.eagle import EagleDrafter
 from specjax.decoding.state import Sequences
 from specjax.decoding.trees.drafter import TreeDrafter, check_tree_drafter, top_k_children
-from specjax.decoding.trees.topology import TokenTree, tree_inputs
+from specjax.decoding.trees.topology import TokenTree, draw_children, tree_inputs
+from specjax.models.draft_vocab import full_rows
 from specjax.models.kv_cache import rollback
 
 
@@ -54,6 +55,43 @@ class EagleTreeDrafter(EagleDrafter):
         """True when children are the head's top-k (point masses)."""
         return top_k_children(self.children, self.warper)
 
+    # A negative control's switch (tests/test_eagle.py plants it): race children without
+    # replacement over the draft vocabulary even where q's support there is exhausted, the
+    # biased fallback the issue warns of. False: such levels race over the full vocabulary.
+    race_inside_only = False
+
+    def _draw_level(self, params, feats, key, num: int):
+        """`TreeDrafter._draw` on the head's q at features [batch, n, embed]: children
+        [batch, n, num], q [batch, n, vocab] or None, NaN rows or None.
+
+        With a draft vocabulary, children are drawn over its N ids alone (q is 0 elsewhere, so
+        the law is the full row's; sorted ids keep the order of ties) and q is scattered back.
+        Without replacement, a level where some node's q has fewer than `num` tokens of support
+        races over the full vocabulary instead: past supp q, siblings are uniform over every
+        untried token, and most of those lie outside the draft vocabulary."""
+        ids = self.head.draft_ids
+        if ids is None or num > len(ids):
+            return TreeDrafter._draw(self, key, self.head.logits(*params, feats), num)
+        sub = self.head.draft_logits(params[1], feats)  # [batch, n, N]
+        id_map = jnp.asarray(ids, jnp.int32)
+        if self.deterministic:
+            children, _, nan = TreeDrafter._draw(self, key, sub, num)
+            return id_map[children], None, nan
+        if num == 1:  # one child: a plain draw, as TreeDrafter's
+            token, q_sub = self.warper.draw(key, sub)  # [batch, n], [batch, n, N]
+            return id_map[token][..., None], full_rows(q_sub, ids, self.vocab_size, 0.0), None
+        q_sub = self.warper.probs(sub)  # [batch, n, N]
+        q = full_rows(q_sub, ids, self.vocab_size, fill=0.0)  # [batch, n, vocab]
+        if self.replacement:
+            return id_map[draw_children(key, q_sub, num, replacement=True)], q, None
+        enough = jnp.all(jnp.sum(q_sub > 0, axis=-1) >= num) | self.race_inside_only
+        children = jax.lax.cond(
+            enough,
+            lambda: id_map[draw_children(key, q_sub, num, replacement=False)],
+            lambda: draw_children(key, q, num, replacement=False),
+        )  # [batch, n, num]
+        return children, q, None
+
     def propose(self, params, state, seq: Sequences, key, gamma: int) -> Proposal:
         """Drafts nodes 1..N-1: tokens [batch, N - 1], probs [batch, N - 1, vocab] or None."""
         tree = self.tree
@@ -76,8 +114,7 @@ class EagleTreeDrafter(EagleDrafter):
             first, _ = tree.levels[d]
             lo, hi = tree.levels[d + 1]
             num = int(max(len(tree.children[i]) for i in range(*tree.levels[d])))
-            logits = self.head.logits(target_params, head_params, feats)  # [batch, n_d, vocab]
-            draws, q, level_nan = TreeDrafter._draw(self, jax.random.fold_in(key, d), logits, num)
+            draws, q, level_nan = self._draw_level(params, feats, jax.random.fold_in(key, d), num)
             if level_nan is not None:
                 nan = nan | level_nan
             parent = parents[lo:hi] - first  # [n_{d+1}] parent's index within level d
