@@ -75,10 +75,15 @@ def test_a_misreported_q_is_caught():
 
 
 @pytest.mark.runtime_bound  # as above
-@pytest.mark.parametrize("replacement", [False, True], ids=["sequoia", "specinfer"])
-def test_medusa_tree_is_lossless(replacement):
-    """Children drawn from head d's q at every depth-d node (the tree's shape fixed first)."""
-    target, tp, heads, hp = _heads(5)
+@pytest.mark.parametrize(
+    "replacement, draft_ids",
+    [(False, None), (False, (0, 2, 3)), (True, (0, 2, 3))],
+    ids=["sequoia", "sequoia-reduced", "specinfer-reduced"],
+)
+def test_medusa_tree_is_lossless(replacement, draft_ids):
+    """Children drawn from head d's q at every depth-d node (the tree's shape fixed first);
+    with draft ids, drawn over those ids alone (the root's three siblings race inside them)."""
+    target, tp, heads, hp = _heads(5, draft_ids=draft_ids)
     tree = TokenTree.from_branching((3, 2))
     dec = TreeSpeculativeDecoder(target, heads, tree, T1, replacement=replacement, cache_len=32)
     assert isinstance(dec.drafter, MedusaTreeDrafter)
@@ -122,6 +127,19 @@ def test_medusa_greedy_equals_autoregressive_and_errors():
             decoder.generate(tp, nan_params(hp), prompts=prompts, key=key, max_new_tokens=20)
     with pytest.raises(ValueError, match="num_heads must be an integer >= 1"):
         MedusaHeads(target, 0)
+    # With draft ids (drawn over them, mapped to token ids), chain and top-k tree alike.
+    _, _, reduced, rp = _heads(23, draft_ids=(1, 2, 3, 5, 8, 13, 21), seed=2)
+    for decoder in (
+        SpeculativeDecoder(target, reduced, 4, T0, cache_len=32),
+        TreeSpeculativeDecoder(
+            target, reduced, TokenTree.from_branching((3, 2, 1)), T0, cache_len=48
+        ),  # fmt: skip
+    ):
+        sp = decoder.generate(tp, rp, prompts=prompts, key=key, max_new_tokens=20)
+        for a, b in zip(ar.new_tokens(), sp.new_tokens(), strict=True):
+            np.testing.assert_array_equal(a, b)
+        with pytest.raises(ValueError, match=DRAFT_NAN):
+            decoder.generate(tp, nan_params(rp), prompts=prompts, key=key, max_new_tokens=20)
 
 
 def test_a_tiny_medusa_run_trains_and_loads(tmp_path):

@@ -86,5 +86,10 @@ class MedusaHeads:
         h = self.features(params, feature)
         if self.draft_ids is None:
             return self.target.unembed(target_params, h)
-        sub = h @ params["lm_head"].astype(jnp.float32)
-        return full_rows(sub, self.draft_ids, self.vocab_size)
+        return full_rows(self.draft_logits(params, feature), self.draft_ids, self.vocab_size)
+
+    def draft_logits(self, params, feature) -> jax.Array:
+        """float32 [..., K, N] logits over the N `draft_ids` alone: column j is draft_ids[j]."""
+        if self.draft_ids is None:
+            raise ValueError("draft_logits: these heads draft over the full vocabulary")
+        return self.features(params, feature) @ params["lm_head"].astype(jnp.float32)

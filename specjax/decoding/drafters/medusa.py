@@ -26,6 +26,7 @@ from flax import struct
 from specjax.decoding.drafters.base import Proposal, Verdict
 from specjax.decoding.sampling import Warper, check_warper, sample_from_probs
 from specjax.decoding.state import Sequences
+from specjax.models.draft_vocab import full_rows
 
 
 @struct.dataclass
@@ -83,15 +84,22 @@ class MedusaDrafter:
         self.check_gamma(gamma)
         del seq
         target_params, head_params = params
-        logits = self.heads.logits(target_params, head_params, state.last)[:, :gamma]
+        ids = self.heads.draft_ids
+        if ids is None:
+            logits = self.heads.logits(target_params, head_params, state.last)[:, :gamma]
+        else:  # draws over the N draft ids alone (q is 0 off them): the same law, cheaper
+            logits = self.heads.draft_logits(head_params, state.last)[:, :gamma]
         if self.warper.ends_greedy:  # the argmax each one-hot q puts its mass on
-            tokens, q = self.warper.draw(key, logits)  # [batch, gamma], [batch, gamma, vocab]
+            tokens, q = self.warper.draw(key, logits)  # [batch, gamma], [batch, gamma, V]
         else:
-            q = self.warper.probs(logits)  # [batch, gamma, vocab]
+            q = self.warper.probs(logits)  # [batch, gamma, V]: V = vocab, or N draft ids
             tokens = jnp.stack(
                 [sample_from_probs(jax.random.fold_in(key, i), q[:, i]) for i in range(gamma)],
                 axis=1,
             )  # [batch, gamma]
+        if ids is not None:  # back to token ids and full rows for the rule
+            tokens = jnp.asarray(ids, jnp.int32)[tokens]
+            q = full_rows(q, ids, self.vocab_size, fill=0.0)
         return Proposal(tokens, q, None, state, calls=1)
 
     def commit(self, state: MedusaState, verdict: Verdict) -> MedusaState:

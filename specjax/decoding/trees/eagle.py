@@ -26,7 +26,7 @@ from specjax.decoding.drafters.base import Proposal
 from specjax.decoding.drafters.eagle import EagleDrafter
 from specjax.decoding.state import Sequences
 from specjax.decoding.trees.drafter import TreeDrafter, check_tree_drafter, top_k_children
-from specjax.decoding.trees.topology import TokenTree, draw_children, tree_inputs
+from specjax.decoding.trees.topology import TokenTree, draw_children_over_ids, tree_inputs
 from specjax.models.draft_vocab import full_rows
 from specjax.models.kv_cache import rollback
 
@@ -65,10 +65,9 @@ class EagleTreeDrafter(EagleDrafter):
         [batch, n, num], q [batch, n, vocab] or None, NaN rows or None.
 
         With a draft vocabulary, children are drawn over its N ids alone (q is 0 elsewhere, so
-        the law is the full row's; sorted ids keep the order of ties) and q is scattered back.
-        Without replacement, a level where some node's q has fewer than `num` tokens of support
-        races over the full vocabulary instead: past supp q, siblings are uniform over every
-        untried token, and most of those lie outside the draft vocabulary."""
+        the law is the full row's; sorted ids keep the order of ties) and q is scattered back;
+        `draw_children_over_ids` falls back to full rows where a race without replacement
+        would pass supp q."""
         ids = self.head.draft_ids
         if ids is None or num > len(ids):
             return TreeDrafter._draw(self, key, self.head.logits(*params, feats), num)
@@ -80,16 +79,15 @@ class EagleTreeDrafter(EagleDrafter):
         if num == 1:  # one child: a plain draw, as TreeDrafter's
             token, q_sub = self.warper.draw(key, sub)  # [batch, n], [batch, n, N]
             return id_map[token][..., None], full_rows(q_sub, ids, self.vocab_size, 0.0), None
-        q_sub = self.warper.probs(sub)  # [batch, n, N]
-        q = full_rows(q_sub, ids, self.vocab_size, fill=0.0)  # [batch, n, vocab]
-        if self.replacement:
-            return id_map[draw_children(key, q_sub, num, replacement=True)], q, None
-        enough = jnp.all(jnp.sum(q_sub > 0, axis=-1) >= num) | self.race_inside_only
-        children = jax.lax.cond(
-            enough,
-            lambda: id_map[draw_children(key, q_sub, num, replacement=False)],
-            lambda: draw_children(key, q, num, replacement=False),
-        )  # [batch, n, num]
+        children, q = draw_children_over_ids(
+            key,
+            self.warper.probs(sub),  # [batch, n, N]
+            ids,
+            self.vocab_size,
+            num,
+            replacement=self.replacement,
+            inside_only=self.race_inside_only,
+        )
         return children, q, None
 
     def propose(self, params, state, seq: Sequences, key, gamma: int) -> Proposal:

@@ -23,7 +23,8 @@ from specjax.decoding.drafters.base import Proposal
 from specjax.decoding.drafters.medusa import MedusaDrafter, MedusaState
 from specjax.decoding.state import Sequences
 from specjax.decoding.trees.drafter import check_tree_drafter, top_k_children
-from specjax.decoding.trees.topology import TokenTree, draw_children
+from specjax.decoding.trees.topology import TokenTree, draw_children, draw_children_over_ids
+from specjax.models.draft_vocab import full_rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +71,11 @@ class MedusaTreeDrafter(MedusaDrafter):
         self.check_gamma(gamma)
         del seq
         target_params, head_params = params
-        logits = self.heads.logits(target_params, head_params, state.last)  # [batch, K, vocab]
+        ids = self.heads.draft_ids
+        if ids is None:
+            logits = self.heads.logits(target_params, head_params, state.last)  # [batch, K, V]
+        else:  # children over the N draft ids alone (q is 0 off them), mapped to token ids
+            logits = self.heads.draft_logits(head_params, state.last)  # [batch, K, N]
         parents, ranks = np.asarray(tree.parents), np.asarray(tree.ranks)
         batch = logits.shape[0]
         tokens, probs = [], []
@@ -81,13 +86,19 @@ class MedusaTreeDrafter(MedusaDrafter):
             parent = parents[lo:hi] - first  # [n_{d+1}] parent's index within level d
             if self.deterministic:
                 top = top_k(logits[:, d], num)[1].astype(jnp.int32)  # [batch, num]
+                top = top if ids is None else jnp.asarray(ids, jnp.int32)[top]
                 tokens.append(top[:, ranks[lo:hi]])
                 continue
-            q = self.warper.probs(logits[:, d])  # [batch, vocab]
+            q = self.warper.probs(logits[:, d])  # [batch, V] (V = vocab, or N draft ids)
             each = jnp.broadcast_to(q[:, None], (batch, end - first, q.shape[-1]))
-            draws = draw_children(
-                jax.random.fold_in(key, d), each, num, replacement=self.replacement
-            )
+            level_key = jax.random.fold_in(key, d)
+            if ids is None:
+                draws = draw_children(level_key, each, num, replacement=self.replacement)
+            else:
+                draws = draw_children_over_ids(
+                    level_key, each, ids, self.vocab_size, num, replacement=self.replacement
+                )[0]
+                q = full_rows(q, ids, self.vocab_size, fill=0.0)  # [batch, vocab]
             tokens.append(draws[:, parent, ranks[lo:hi]])  # [batch, n_{d+1}]
             probs.append(jnp.broadcast_to(q[:, None], (batch, hi - lo, q.shape[-1])))
         node_tokens = jnp.concatenate(tokens, axis=1)  # [batch, N - 1]

@@ -27,6 +27,7 @@ import numpy as np
 from specjax.decoding.argmax import top_k
 from specjax.decoding.categorical import GUMBEL_MODE
 from specjax.decoding.sampling import sample_from_probs
+from specjax.models.draft_vocab import full_rows
 
 # A key below every key of a token inside supp q (log q >= -104 in float32, Gumbel noise in
 # [-5, 17]): tokens outside the support are drawn only after every token inside it.
@@ -241,3 +242,39 @@ def draw_children(key, probs, num, *, replacement: bool):
     log_q = jnp.log(jnp.where(inside, probs, 1.0))
     race = jnp.where(inside, log_q + gumbel, _OUTSIDE_SUPPORT + gumbel)
     return top_k(race, num)[1].astype(jnp.int32)
+
+
+def draw_children_over_ids(key, q_sub, ids, vocab_size: int, num: int, *, replacement: bool,
+                           inside_only: bool = False):  # fmt: skip
+    """`draw_children` for a q that is 0 off the sorted token `ids` (a draft vocabulary).
+
+    Draws over the N ids alone, the same law as over full rows at N / vocab of the cost, and
+    maps the draws to token ids. Without replacement, where some row's q holds fewer than `num`
+    tokens of support, the race runs over full rows instead (one `lax.cond` for all rows): past
+    supp q a sibling is uniform over every untried token, most of them off the ids.
+
+    Args:
+      key: PRNG key.
+      q_sub: float [..., N] q at `ids`.
+      ids: sorted distinct token ids, N of them.
+      vocab_size: the target's vocabulary.
+      num: children per row (static).
+      replacement: as `draw_children`'s.
+      inside_only: race inside the ids even past supp q: biased, for negative controls.
+
+    Returns:
+      (children int32 [..., num] token ids, q float32 [..., vocab_size] full rows).
+    """
+    id_map = jnp.asarray(ids, jnp.int32)
+    q = full_rows(q_sub, ids, vocab_size, fill=0.0)  # [..., vocab]
+    if replacement:
+        return id_map[draw_children(key, q_sub, num, replacement=True)], q
+    if num > len(ids):  # more children than ids: some always come from past them
+        return draw_children(key, q, num, replacement=False), q
+    enough = jnp.all(jnp.sum(q_sub > 0, axis=-1) >= num) | inside_only
+    children = jax.lax.cond(
+        enough,
+        lambda: id_map[draw_children(key, q_sub, num, replacement=False)],
+        lambda: draw_children(key, q, num, replacement=False),
+    )  # [..., num]
+    return children, q
