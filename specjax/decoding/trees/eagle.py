@@ -69,26 +69,26 @@ class EagleTreeDrafter(EagleDrafter):
         `draw_children_over_ids` falls back to full rows where a race without replacement
         would pass supp q."""
         ids = self.head.draft_ids
+        if num == 1 and not self.deterministic:  # one child: the chain's draw (over the ids)
+            token, q = self._draw(params, feats, key)  # [batch, n], [batch, n, vocab]
+            return token[..., None], q, None
         if ids is None or num > len(ids):
             return TreeDrafter._draw(self, key, self.head.logits(*params, feats), num)
         sub = self.head.draft_logits(params[1], feats)  # [batch, n, N]
-        id_map = jnp.asarray(ids, jnp.int32)
         if self.deterministic:
             children, _, nan = TreeDrafter._draw(self, key, sub, num)
-            return id_map[children], None, nan
-        if num == 1:  # one child: a plain draw, as TreeDrafter's
-            token, q_sub = self.warper.draw(key, sub)  # [batch, n], [batch, n, N]
-            return id_map[token][..., None], full_rows(q_sub, ids, self.vocab_size, 0.0), None
-        children, q = draw_children_over_ids(
+            return jnp.asarray(ids, jnp.int32)[children], None, nan
+        q_sub = self.warper.probs(sub)  # [batch, n, N]
+        children = draw_children_over_ids(
             key,
-            self.warper.probs(sub),  # [batch, n, N]
+            q_sub,
             ids,
             self.vocab_size,
             num,
             replacement=self.replacement,
             inside_only=self.race_inside_only,
         )
-        return children, q, None
+        return children, full_rows(q_sub, ids, self.vocab_size, fill=0.0), None
 
     def propose(self, params, state, seq: Sequences, key, gamma: int) -> Proposal:
         """Drafts nodes 1..N-1: tokens [batch, N - 1], probs [batch, N - 1, vocab] or None."""

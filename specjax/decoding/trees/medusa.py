@@ -97,7 +97,7 @@ class MedusaTreeDrafter(MedusaDrafter):
             else:
                 draws = draw_children_over_ids(
                     level_key, each, ids, self.vocab_size, num, replacement=self.replacement
-                )[0]
+                )
                 q = full_rows(q, ids, self.vocab_size, fill=0.0)  # [batch, vocab]
             tokens.append(draws[:, parent, ranks[lo:hi]])  # [batch, n_{d+1}]
             probs.append(jnp.broadcast_to(q[:, None], (batch, hi - lo, q.shape[-1])))

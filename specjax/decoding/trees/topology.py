@@ -250,8 +250,9 @@ def draw_children_over_ids(key, q_sub, ids, vocab_size: int, num: int, *, replac
 
     Draws over the N ids alone, the same law as over full rows at N / vocab of the cost, and
     maps the draws to token ids. Without replacement, where some row's q holds fewer than `num`
-    tokens of support, the race runs over full rows instead (one `lax.cond` for all rows): past
-    supp q a sibling is uniform over every untried token, most of them off the ids.
+    tokens of support, the race runs over full rows instead (one `lax.cond` for all rows, the
+    full rows built only there): past supp q a sibling is uniform over every untried token,
+    most of them off the ids.
 
     Args:
       key: PRNG key.
@@ -263,18 +264,20 @@ def draw_children_over_ids(key, q_sub, ids, vocab_size: int, num: int, *, replac
       inside_only: race inside the ids even past supp q: biased, for negative controls.
 
     Returns:
-      (children int32 [..., num] token ids, q float32 [..., vocab_size] full rows).
+      int32 [..., num] token ids. (The rule's q is `full_rows(q_sub, ids, vocab_size, 0.0)`.)
     """
     id_map = jnp.asarray(ids, jnp.int32)
-    q = full_rows(q_sub, ids, vocab_size, fill=0.0)  # [..., vocab]
+
+    def inside():
+        return id_map[draw_children(key, q_sub, num, replacement=replacement)]
+
+    def full():
+        q = full_rows(q_sub, ids, vocab_size, fill=0.0)  # [..., vocab]
+        return draw_children(key, q, num, replacement=False)
+
     if replacement:
-        return id_map[draw_children(key, q_sub, num, replacement=True)], q
+        return inside()
     if num > len(ids):  # more children than ids: some always come from past them
-        return draw_children(key, q, num, replacement=False), q
+        return full()
     enough = jnp.all(jnp.sum(q_sub > 0, axis=-1) >= num) | inside_only
-    children = jax.lax.cond(
-        enough,
-        lambda: id_map[draw_children(key, q_sub, num, replacement=False)],
-        lambda: draw_children(key, q, num, replacement=False),
-    )  # [..., num]
-    return children, q
+    return jax.lax.cond(enough, inside, full)  # [..., num]
