@@ -3,9 +3,10 @@
 
 * `generate_replies` batches prompts sorted by length and hands the replies back in the
   prompts' order: greedy replies equal those of one prompt at a time;
-* `score_concatenated` writes every sequence's features into one array: each row equals the
-  model's own forward pass over that sequence alone; the layer features are float16 unless a
-  value is out of float16's range (then float32, exact), and non-finite ones are refused;
+* `score_concatenated` writes every sequence's features into one array (batches padded to a
+  multiple of 64 tokens): each row equals the model's own forward pass over that sequence
+  alone; the layer features are float16 unless a value is out of float16's range (then
+  float32, exact), and non-finite ones are refused;
 * the "broad" prompt set answers stage 1's writing prompts first, then stage 2's; a layered
   build also saves the plain data, which a head without layers then loads, generating nothing.
 """
@@ -54,7 +55,8 @@ def test_sorted_batches_return_each_reply_in_the_prompts_order(target):
 
 def test_concatenated_features_are_each_sequences_own_forward_pass(target):
     model, params, _ = target
-    sequences = _prompts([5, 90, 17, 64, 33], model.vocab_size, seed=1)
+    # sorted batches of 2: (90, 140) and (150,) pad to 192 tokens (a power of two: 256)
+    sequences = _prompts([5, 90, 17, 64, 33, 150, 140], model.vocab_size, seed=1)
     hidden, layers = feats.score_concatenated(model, params, sequences, batch_size=2,
                                               layers=LAYERS)  # fmt: skip
     assert hidden.dtype == np.float32 and layers.dtype == np.float16
@@ -72,6 +74,11 @@ def test_concatenated_features_are_each_sequences_own_forward_pass(target):
         np.testing.assert_allclose(layers[rows].astype(np.float32), want_l, rtol=1e-3, atol=1e-4)
     plain = feats.score_features(model, params, sequences, batch_size=2)
     np.testing.assert_array_equal(np.concatenate(plain), hidden)
+
+
+def test_scoring_batches_pad_to_the_next_multiple_of_64():
+    widths = [feats.score_width(n) for n in (1, 64, 65, 150, 192, 300, 449)]
+    assert widths == [64, 64, 128, 192, 192, 320, 512]
 
 
 def test_layer_features_beyond_float16_stay_float32_and_non_finite_ones_are_refused(target):
