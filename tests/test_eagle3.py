@@ -218,7 +218,8 @@ def test_drawing_over_the_draft_ids_gives_the_full_rows_law():
     tokens, q = jax.jit(jax.vmap(lambda k: drafter._draw((tp, hp), feature, k)))(keys)
     want = warper.probs(head.logits(tp, hp, feature))[0]  # [23]
     np.testing.assert_allclose(q[:, 0], np.broadcast_to(want, (4096, 23)), rtol=1e-6, atol=1e-7)
-    assert 1 < int((np.asarray(want) > 0).sum()) < 6  # top-k and top-p cut some draft ids
+    kept = int((np.asarray(want) > 0).sum())
+    assert kept in range(2, 6), kept  # top-k and top-p cut some of the 6 draft ids, not all
     counts = np.bincount(np.asarray(tokens[:, 0]), minlength=23)
     sd = np.sqrt(4096 * want * (1 - want))
     assert np.all(np.abs(counts - 4096 * want) <= 5 * sd + 1e-9), (counts, 4096 * want)
