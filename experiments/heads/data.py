@@ -6,8 +6,9 @@ of your `prompts_file`, JSON Lines as `real_prompts.load_prompts` reads them), s
 features and saves them under `$SPECJAX_CACHE/features/` (see `specjax.training.features`).
 An EAGLE-3 head's data (`layers`: the target blocks it reads) is cached under its own
 fingerprint; when the same replies are cached without layers, they are re-scored rather than
-generated again. On a 2-core CPU scoring is not cheap: the broad set's 4,766 sequences (2026-12-08)
-took 60 min to generate, and scoring them ran at about 100 sequences a minute (4,120 in 43 min).
+generated again. On a 2-core CPU scoring costs about as much as generating: the broad set's
+4,766 sequences (2026-12-08) took 60 min to generate, and scoring them about 100 sequences a
+minute (4,120 in 43 min, slowing as the sorted batches grew).
 """
 
 from __future__ import annotations
